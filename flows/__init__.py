@@ -1,0 +1,1 @@
+"""Prefect flows: each lifecycle of a model, orchestrating the tasks in `tasks`."""

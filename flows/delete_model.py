@@ -1,0 +1,38 @@
+"""delete-model: stop every download, remove every path, and only then release the model."""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger
+
+from tasks.cleanup import clean_path, release_model, stop_downloads
+from tasks.report import publish_paths
+from weightkeeper.runtime import runtime
+
+CLEANUP_RETRIES = 10
+
+
+def cleanup_delays(first: float, cap: float, retries: int = CLEANUP_RETRIES) -> list[float]:
+    """30 s, doubling, capped: keep-and-retry without hammering a broken volume."""
+    return [min(first * 2**i, cap) for i in range(retries)]
+
+
+@flow(name="delete-model", flow_run_name="delete-{name}")
+def delete_model(name: str) -> str:
+    """Mark Deleting, stop downloads, clean each path (guarded, retried), release. Never releases early."""
+    logger = get_run_logger()
+    settings, registry = runtime()
+    model = registry.find_model(name)
+    if model is None:
+        logger.info("%s is already released", name)
+        return "Released"
+    registry.mark_deleting(name)
+    stop_downloads(name)
+    cleaner = clean_path.with_options(retries=CLEANUP_RETRIES, retry_delay_seconds=cleanup_delays(
+        settings.cleanup_retry_seconds, settings.cleanup_retry_max_seconds))
+    futures = [cleaner.with_options(task_run_name=f"clean-{name}-{p.workspace}").submit(name, p.id)
+               for p in registry.get_model(name).local_paths]
+    for future in futures:
+        future.result()
+    release_model(name)
+    publish_paths(name)
+    return "Released"

@@ -1,0 +1,123 @@
+"""Deletion steps: stop downloads, clean each path (guarded), release the model."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from datetime import timedelta
+
+from prefect import get_run_logger, task
+
+from weightkeeper.errors import CleanupError, UnsafePathError
+from weightkeeper.fsops import remove_model_path
+from weightkeeper.guard import check_removable
+from weightkeeper.registry import Holder, LocalPath
+from weightkeeper.registry.store import CLEANING, process_start_time, utcnow
+from weightkeeper.runtime import runtime
+from tasks.download import path_holder
+
+STOP_POLL_SECONDS = 1.0
+TERM_GRACE_SECONDS = 10.0
+
+
+def _alive_here(holder: Holder) -> bool:
+    """True when the holder's process still runs on this host (same pid and start time)."""
+    if holder.host != socket.gethostname() or holder.pid == os.getpid():
+        return False
+    return process_start_time(holder.pid) == holder.started and holder.started > 0
+
+
+def _active(p: LocalPath, lease: float) -> bool:
+    fresh = p.heartbeat_at is not None and p.heartbeat_at > utcnow() - timedelta(seconds=lease)
+    return p.holder is not None and p.status != CLEANING and (fresh or _alive_here(p.holder))
+
+
+@task(name="stop-downloads", retries=3, retry_delay_seconds=30)
+def stop_downloads(name: str) -> int:
+    """Wait until no download of the model is running anywhere (the model is already Deleting).
+
+    Running downloads see Deleting on their next heartbeat and stop. A holder whose lease has
+    expired but whose process still runs on this host is terminated. Returns how many were stopped.
+    """
+    logger = get_run_logger()
+    settings, registry = runtime()
+    deadline = time.monotonic() + settings.stop_timeout_seconds
+    seen: set[str] = set()
+    signalled: dict[int, float] = {}
+    while True:
+        active = [p for p in registry.get_model(name).local_paths if _active(p, settings.lease_seconds)]
+        if not active:
+            if seen:
+                logger.info("%s: %d download(s) stopped", name, len(seen))
+            return len(seen)
+        for p in active:
+            seen.add(p.holder.run)
+            stale = p.heartbeat_at is None or p.heartbeat_at <= utcnow() - timedelta(seconds=settings.lease_seconds)
+            if stale and _alive_here(p.holder):
+                first = signalled.setdefault(p.holder.pid, time.monotonic())
+                sig = signal.SIGKILL if time.monotonic() - first > TERM_GRACE_SECONDS else signal.SIGTERM
+                logger.warning("%s: download %s (pid %d) stopped heartbeating; sending %s", name, p.holder.run,
+                               p.holder.pid, sig.name)
+                os.kill(p.holder.pid, sig)
+        registry.set_message(name, f"stopping {len(active)} download(s) before cleanup: "
+                                   + ", ".join(f"{p.workspace}:{p.path}" for p in active))
+        if time.monotonic() > deadline:
+            raise CleanupError(f"downloads of {name!r} still running after {settings.stop_timeout_seconds:.0f}s: "
+                               + ", ".join(p.path for p in active) + "; the model is kept and deletion retried")
+        time.sleep(STOP_POLL_SECONDS)
+
+
+def _retry_cleanup(task, task_run, state) -> bool:
+    try:
+        state.result()
+    except UnsafePathError:
+        return False
+    except Exception:  # noqa: BLE001
+        return True
+    return False
+
+
+@task(name="clean-path", retry_condition_fn=_retry_cleanup)
+def clean_path(name: str, path_id: int) -> str:
+    """Remove one path's directory (guarded), then its entry; keep the files another live model uses."""
+    logger = get_run_logger()
+    settings, registry = runtime()
+    entry = next((p for p in registry.get_model(name).local_paths if p.id == path_id), None)
+    if entry is None:
+        return "gone"
+    holder = path_holder(path_id)
+    try:
+        if not registry.claim_cleanup(name, path_id, holder, settings.lease_seconds):
+            raise CleanupError(f"another run is cleaning {entry.path}; retrying")
+        if not entry.owned:
+            registry.remove_path(name, path_id)
+            logger.info("%s: %s was never downloaded by this model; entry dropped, files untouched", name, entry.path)
+            return "not-owned"
+        other = registry.path_in_use_elsewhere(name, path_id)
+        if other:
+            registry.remove_path(name, path_id)
+            logger.info("%s: %s is also used by live model %r; files kept", name, entry.path, other)
+            return "kept"
+        check_removable(entry.path, settings.volume_rules)
+        removed = remove_model_path(entry.path, settings.volume_rules)
+        registry.remove_path(name, path_id)
+        logger.info("%s: %s %s", name, entry.path, "removed" if removed else "was already gone")
+        return "removed"
+    except (CleanupError, UnsafePathError) as e:
+        model = registry.record_cleanup_failure(name, f"cleanup of {entry.path} in workspace {entry.workspace!r} "
+                                                      f"failed: {e}; the model is kept and cleanup retried")
+        registry.finish_path(name, path_id, holder, CLEANING, str(e))
+        logger.error("%s: cleanup failed (attempt %d): %s", name, model.cleanup_attempts, e)
+        raise
+
+
+@task(name="release-model")
+def release_model(name: str) -> None:
+    """Let the model go: only once every path entry is gone."""
+    _, registry = runtime()
+    if not registry.release_model(name):
+        left = [p.path for p in registry.get_model(name).local_paths]
+        raise CleanupError(f"model {name!r} still has paths {left}; it is kept")
+    get_run_logger().info("%s released", name)

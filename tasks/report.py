@@ -1,0 +1,36 @@
+"""Publish a model's outcome: its phase from its paths, and a table artifact of the paths."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.artifacts import create_table_artifact
+
+from weightkeeper.registry.store import FAILED, READY
+from weightkeeper.runtime import runtime
+
+
+@task(name="finish-model")
+def finish_model(name: str) -> str:
+    """Ready when every path is Ready; Failed (with the reasons) when any failed; else unchanged."""
+    _, registry = runtime()
+    model = registry.get_model(name)
+    failed = [p for p in model.local_paths if p.status == FAILED]
+    if not model.local_paths:
+        model = registry.set_phase(name, FAILED, model.message or "the model has no download target")
+    elif failed:
+        model = registry.set_phase(name, FAILED, "; ".join(f"{p.workspace}: {p.message}" for p in failed))
+    elif all(p.status == READY for p in model.local_paths):
+        total = sum(p.size_bytes or 0 for p in model.local_paths)
+        model = registry.set_phase(name, READY, f"{len(model.local_paths)} path(s) ready, {total} bytes")
+    return model.phase
+
+
+@task(name="publish-paths")
+def publish_paths(name: str) -> None:
+    _, registry = runtime()
+    model = registry.find_model(name)
+    rows = [{"workspace": p.workspace, "cluster": p.cluster, "path": p.path, "status": p.status,
+             "sizeBytes": p.size_bytes, "message": p.message} for p in (model.local_paths if model else [])]
+    phase = model.phase if model else "Released"
+    create_table_artifact(key=f"paths-{name}", table=rows or [{"path": "(none)", "status": phase}],
+                          description=f"Local paths of model {name}: {phase}")

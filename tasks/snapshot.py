@@ -1,0 +1,45 @@
+"""Resolve a model's revision to a commit and the files it needs."""
+
+from __future__ import annotations
+
+from prefect import get_run_logger, task
+
+from weightkeeper.download import RemoteFile, Snapshot, resolve_snapshot
+from weightkeeper.errors import DownloadError
+from weightkeeper.layout import HfSource
+from weightkeeper.registry.store import DOWNLOADING, FAILED
+from weightkeeper.runtime import load_token, runtime
+
+
+def _transient(task, task_run, state) -> bool:
+    try:
+        state.result()
+    except DownloadError as e:
+        return not e.permanent
+    except Exception:  # noqa: BLE001
+        return True
+    return False
+
+
+@task(name="resolve-revision", retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=_transient)
+def resolve_revision(name: str) -> Snapshot:
+    """Pin the model to a commit (a 40-hex revision is used as is) and record the files to fetch."""
+    logger = get_run_logger()
+    settings, registry = runtime()
+    model = registry.get_model(name)
+    source = HfSource(model.repo_id, model.revision)
+    if model.commit and model.files is not None:
+        logger.info("%s is pinned to %s@%s (%d files)", name, model.repo_id, model.commit, len(model.files))
+        return Snapshot(model.repo_id, model.commit, tuple(RemoteFile.from_json(f) for f in model.files))
+    try:
+        snapshot = resolve_snapshot(source, settings.hf_endpoint, load_token(model.token_block))
+    except DownloadError as e:
+        if e.permanent:
+            registry.set_phase(name, FAILED, str(e))
+        raise
+    registry.set_snapshot(name, snapshot.commit, [f.to_json() for f in snapshot.files])
+    registry.set_phase(name, DOWNLOADING, f"downloading {len(snapshot.files)} files "
+                                          f"({snapshot.total_bytes} bytes) of {model.repo_id}@{snapshot.commit}")
+    logger.info("%s resolved %s to %s: %d files, %d bytes", name, source.uri, snapshot.commit,
+                len(snapshot.files), snapshot.total_bytes)
+    return snapshot

@@ -1,0 +1,271 @@
+"""Test session: one real Prefect server, one Hub-protocol server, a fresh registry per test.
+
+Environment is fixed before Prefect is imported anywhere. `WK_TEST_DB=postgresql` runs the
+registry on the real PostgreSQL at 127.0.0.1:5432 instead of SQLite (one fresh database per
+session). The Prefect server keeps its own SQLite database unless `WK_TEST_PREFECT_DB` is a URL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+SESSION_DIR = Path(tempfile.mkdtemp(prefix="wk-tests-"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+PREFECT_PORT = _free_port()
+os.environ.update({
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "HF_HUB_DISABLE_XET": "1",
+    "HF_HOME": str(SESSION_DIR / "hf-home"),
+    "PREFECT_HOME": str(SESSION_DIR / "prefect-home"),
+    "PREFECT_API_URL": f"http://127.0.0.1:{PREFECT_PORT}/api",
+    "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
+    "PREFECT_LOGGING_LEVEL": "INFO",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_TASKS_DEFAULT_RETRY_DELAY_SECONDS": "0",
+})
+os.environ.pop("HF_ENDPOINT", None)
+os.environ.pop("HF_TOKEN", None)
+
+import pytest  # noqa: E402
+
+from weightkeeper.hubserver import HubServer  # noqa: E402
+
+PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def start_prefect_server(port: int, home: Path, database_url: str | None = None) -> subprocess.Popen:
+    env = dict(os.environ, PREFECT_HOME=str(home), PREFECT_SERVER_API_PORT=str(port))
+    if database_url:
+        env["PREFECT_API_DATABASE_CONNECTION_URL"] = database_url
+    env.pop("PREFECT_API_URL", None)
+    log = open(home.parent / f"prefect-server-{port}.log", "ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    import httpx
+
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"Prefect server exited with {proc.returncode}; see {log.name}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError(f"Prefect server did not start in 90 s; see {log.name}")
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, 15)
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prefect_server():
+    home = Path(os.environ["PREFECT_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    proc = start_prefect_server(PREFECT_PORT, home, os.environ.get("WK_TEST_PREFECT_DB"))
+    yield proc
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()
+    stop_process(proc)
+    shutil.rmtree(SESSION_DIR, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def hub():
+    with HubServer(SESSION_DIR / "hub") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def registry_base_url():
+    """SQLite per test by default; with WK_TEST_DB=postgresql one database per session on the real server."""
+    if os.environ.get("WK_TEST_DB") != "postgresql":
+        yield None
+        return
+    import psycopg
+
+    name = f"wk_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def pg_url():
+    """A fresh PostgreSQL database for one test (the registry's multi-host configuration)."""
+    import psycopg
+
+    name = f"wk_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    from weightkeeper.registry import store
+
+    with store._engines_lock:
+        engine = store._engines.pop(f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}", None)
+    if engine:
+        engine.dispose()
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@dataclass
+class Env:
+    """One test's weightkeeper: config file, volumes, registry."""
+
+    root: Path
+    config: Path
+    volumes: dict[str, Path]
+
+    @property
+    def settings(self):
+        from weightkeeper.config import load_settings
+
+        return load_settings(self.config)
+
+    @property
+    def registry(self):
+        from weightkeeper.service import registry_for
+
+        return registry_for(self.settings)
+
+    def declare(self, name: str, source: str, **kw):
+        from weightkeeper.service import declare_model
+
+        kw.setdefault("owner_name", "alice")
+        kw.setdefault("owner_uid", 1000)
+        return declare_model(self.settings, self.registry, name=name, source=source, **kw)
+
+    def rewrite(self, **settings) -> None:
+        write_config(self, **settings)
+
+
+def write_config(env: Env, registry_url: str | None = None, workspaces: list[dict] | None = None,
+                 **settings) -> None:
+    lines = [f'home = "{env.root}"', f'registry_url = "{registry_url or env._registry_url}"']
+    defaults = {"max_concurrent_downloads": 4, "lease_seconds": 5, "cleanup_retry_seconds": 0.2,
+                "cleanup_retry_max_seconds": 1, "stop_timeout_seconds": 60}
+    defaults.update(settings)
+    for key, value in defaults.items():
+        lines.append(f"{key} = {value!r}" if not isinstance(value, str) else f'{key} = "{value}"')
+    for ws in workspaces if workspaces is not None else env._workspaces:
+        lines.append("[[workspaces]]")
+        for key, value in ws.items():
+            lines.append(f"{key} = " + ("true" if value is True else "false" if value is False else f'"{value}"'))
+    env.config.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def wk(tmp_path, hub, monkeypatch, registry_base_url):
+    """A weightkeeper with two public workspaces (team-a, team-b) and one private one, on the test Hub."""
+    volumes = {name: tmp_path / "volumes" / name for name in ("team-a", "team-b", "private")}
+    for v in volumes.values():
+        v.mkdir(parents=True)
+    env = Env(tmp_path, tmp_path / "config.toml", volumes)
+    env._registry_url = registry_base_url or f"sqlite:///{tmp_path / 'registry.db'}"
+    env._workspaces = [
+        {"name": "team-a", "volume": str(volumes["team-a"])},
+        {"name": "team-b", "volume": str(volumes["team-b"])},
+        {"name": "private", "volume": str(volumes["private"]), "public": False, "owner": "alice"},
+    ]
+    write_config(env, hf_endpoint=hub.url)
+    monkeypatch.setenv("WEIGHTKEEPER_CONFIG", str(env.config))
+    if registry_base_url:
+        _truncate(registry_base_url)
+    return env
+
+
+def _truncate(url: str) -> None:
+    from sqlalchemy import text
+
+    from weightkeeper.registry import open_registry
+
+    with open_registry(url).engine.begin() as conn:
+        conn.execute(text("DELETE FROM local_paths"))
+        conn.execute(text("DELETE FROM models"))
+
+
+@pytest.fixture
+def immutable():
+    """Make a directory's entries impossible to remove, even for root (chattr +i), for a while."""
+
+    @contextlib.contextmanager
+    def hold(path: Path):
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "+i", str(path)], check=True)
+            try:
+                yield
+            finally:
+                subprocess.run(["chattr", "-i", str(path)], check=True)
+        else:
+            mode = path.stat().st_mode
+            path.chmod(0o555)
+            try:
+                yield
+            finally:
+                path.chmod(mode)
+
+    return hold
+
+
+def tiny_files(seed: str, shards: int = 2, shard_size: int = 64 * 1024) -> dict[str, bytes]:
+    """A small model repository: safetensors shards, configs, tokenizer, plus files never fetched."""
+    import hashlib
+
+    def blob(tag: str, size: int) -> bytes:
+        out = b""
+        counter = 0
+        while len(out) < size:
+            out += hashlib.sha256(f"{seed}/{tag}/{counter}".encode()).digest()
+            counter += 1
+        return out[:size]
+
+    files = {f"model-{i + 1:05d}-of-{shards:05d}.safetensors": blob(f"shard{i}", shard_size) for i in range(shards)}
+    files.update({
+        "config.json": b'{"model_type": "tiny"}\n',
+        "tokenizer.json": b'{"version": "1.0"}\n',
+        "tokenizer_config.json": b"{}\n",
+        "README.md": b"# not fetched\n",
+        "pytorch_model.bin": blob("bin", 4096),
+        "original/consolidated.00.pth": blob("orig", 2048),
+        "tf_model.h5": blob("h5", 1024),
+    })
+    return files
+
+
+FETCHED = ("config.json", "tokenizer.json", "tokenizer_config.json")
+
+
+def expected_size(files: dict[str, bytes]) -> int:
+    return sum(len(v) for k, v in files.items() if k.endswith(".safetensors") or k in FETCHED)

@@ -1,0 +1,141 @@
+"""The cleanup guard, exhaustively: what may be removed and everything that must not be."""
+
+import os
+
+import pytest
+
+from weightkeeper.errors import CleanupError, UnsafePathError
+from weightkeeper.fsops import directory_size, remove_model_path
+from weightkeeper.guard import VolumeRule, check_removable
+
+VOLUMES = [VolumeRule("/mnt/vol"), VolumeRule("/mnt/other", "weights"), VolumeRule("/data/nested/vol")]
+
+
+@pytest.mark.parametrize("path", [
+    "/mnt/vol/models/o--n",
+    "/mnt/vol/models/gpt2",
+    "/mnt/vol/team/models/o--n",
+    "/mnt/vol/models/sub/o--n",
+    "/mnt/other/weights/o--n",
+    "/data/nested/vol/models/x",
+])
+def test_safe_paths_allowed(path):
+    assert check_removable(path, VOLUMES)
+
+
+UNSAFE = [
+    None, 42, "", "relative/models/x", "models/x", "./mnt/vol/models/x",
+    "/mnt/vol/models/../models/x", "/mnt/vol/models/x/..", "/mnt/vol/models/./x", "/mnt/vol/models//x",
+    "//mnt/vol/models/x", "/mnt/vol/models/x/", "/mnt/vol/../vol/models/x",
+    "/mnt/vol", "/mnt/vol/", "/mnt/other", "/", "/data/nested/vol",
+    "/mnt/vol/models", "/mnt/vol/team/models", "/mnt/other/weights", "/mnt/other/models/x",
+    "/mnt/vol/x", "/mnt/vol/modelsx/y", "/mnt/vol/Models/x", "/mnt/vol/model/x",
+    "/etc/models/x", "/mnt/volume/models/x", "/mnt/vo/models/x", "/tmp/models/x", "/mnt/models/x",
+    "/mnt/vol/m\u043edels/x",  # Cyrillic o
+    "/mnt/vol/models/x\u2215y",  # division slash
+    "/mnt/vol/models/\uff0e\uff0e",  # fullwidth dots
+    "/mnt/vol/models/x\u200b",  # zero-width space
+    "/mnt/vol/models/caf\u00e9",
+    "/mnt/vol/models/a b", "/mnt/vol/models/x\x00", "/mnt/vol/models/x\n", "/mnt/vol/models/*",
+    "/mnt/vol/models/~", "/mnt/vol/models/$HOME",
+]
+
+
+@pytest.mark.parametrize("path", UNSAFE)
+def test_unsafe_paths_refused(path):
+    with pytest.raises(UnsafePathError):
+        check_removable(path, VOLUMES)
+
+
+def test_at_least_thirty_unsafe_cases():
+    assert len(UNSAFE) >= 30
+
+
+def test_no_volumes_means_nothing_is_removable():
+    with pytest.raises(UnsafePathError, match="not inside any declared workspace volume"):
+        check_removable("/mnt/vol/models/x", [])
+
+
+def test_innermost_volume_rules_apply():
+    rules = [VolumeRule("/mnt"), VolumeRule("/mnt/inner", "weights")]
+    with pytest.raises(UnsafePathError):
+        check_removable("/mnt/inner/models/x", rules)
+    assert check_removable("/mnt/inner/weights/x", rules).root == "/mnt/inner"
+
+
+@pytest.fixture
+def volume(tmp_path):
+    root = tmp_path / "vol"
+    (root / "models").mkdir(parents=True)
+    return root
+
+
+def test_remove_directory_and_report_missing(volume):
+    d = volume / "models" / "o--n"
+    (d / "sub").mkdir(parents=True)
+    (d / "sub" / "w.safetensors").write_bytes(b"x" * 10)
+    assert remove_model_path(str(d), [VolumeRule(str(volume))]) is True
+    assert not d.exists() and (volume / "models").is_dir()
+    assert remove_model_path(str(d), [VolumeRule(str(volume))]) is False
+
+
+def test_symlink_inside_model_dir_is_unlinked_not_followed(volume, tmp_path):
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep")
+    d = volume / "models" / "o--n"
+    d.mkdir()
+    (d / "escape").symlink_to(outside)
+    (d / "file-link").symlink_to(outside / "keep.txt")
+    remove_model_path(str(d), [VolumeRule(str(volume))])
+    assert (outside / "keep.txt").read_text() == "keep"
+
+
+def test_symlink_at_model_path_removes_only_the_link(volume, tmp_path):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "w.bin").write_bytes(b"1")
+    link = volume / "models" / "o--n"
+    link.symlink_to(outside)
+    remove_model_path(str(link), [VolumeRule(str(volume))])
+    assert not os.path.lexists(link) and (outside / "w.bin").exists()
+
+
+def test_symlinked_parent_inside_volume_is_refused(volume, tmp_path):
+    outside = tmp_path / "outside-models"
+    (outside / "o--n").mkdir(parents=True)
+    (volume / "team").mkdir()
+    (volume / "team" / "models").symlink_to(outside)
+    with pytest.raises(UnsafePathError, match="symlink"):
+        remove_model_path(str(volume / "team" / "models" / "o--n"), [VolumeRule(str(volume))])
+    assert (outside / "o--n").is_dir()
+
+
+def test_symlinked_volume_root_is_allowed(tmp_path):
+    real = tmp_path / "real"
+    (real / "models" / "x").mkdir(parents=True)
+    (tmp_path / "mnt").symlink_to(real)
+    assert remove_model_path(str(tmp_path / "mnt" / "models" / "x"), [VolumeRule(str(tmp_path / "mnt"))])
+    assert not (real / "models" / "x").exists()
+
+
+def test_removal_failure_is_a_cleanup_error(volume, immutable):
+    d = volume / "models" / "o--n"
+    d.mkdir()
+    (d / "w.bin").write_bytes(b"1")
+    with immutable(d):
+        with pytest.raises(CleanupError, match="cannot remove"):
+            remove_model_path(str(d), [VolumeRule(str(volume))])
+    assert (d / "w.bin").exists()
+
+
+def test_directory_size_excludes_cache_and_links(volume, tmp_path):
+    d = volume / "models" / "o--n"
+    (d / ".cache" / "weightkeeper").mkdir(parents=True)
+    (d / ".cache" / "weightkeeper" / "x.part").write_bytes(b"p" * 100)
+    (d / "a.bin").write_bytes(b"a" * 7)
+    (d / "sub").mkdir()
+    (d / "sub" / "b.json").write_bytes(b"b" * 5)
+    (tmp_path / "big").write_bytes(b"z" * 1000)
+    (d / "link").symlink_to(tmp_path / "big")
+    assert directory_size(str(d)) == 12

@@ -1,0 +1,118 @@
+"""Pure rules: sources, directory names, model paths, planning and file selection."""
+
+import pytest
+
+from weightkeeper.config import Workspace
+from weightkeeper.errors import DownloadError, InvalidInputError
+from weightkeeper.layout import model_path, parse_source, repo_dir_name, validate_model_name
+from weightkeeper.planning import path_decision, plan_paths, select_files
+
+
+@pytest.mark.parametrize("source, repo, revision", [
+    ("hf://Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-0.5B", "main"),
+    ("hf://Qwen/Qwen2.5-0.5B@v1.0", "Qwen/Qwen2.5-0.5B", "v1.0"),
+    ("hf://gpt2", "gpt2", "main"),
+    ("meta-llama/Llama-3.1-8B@refs/pr/1", "meta-llama/Llama-3.1-8B", "refs/pr/1"),
+    ("hf://a/b@" + "0" * 40, "a/b", "0" * 40),
+])
+def test_parse_source(source, repo, revision):
+    parsed = parse_source(source)
+    assert (parsed.repo_id, parsed.revision) == (repo, revision)
+
+
+def test_full_commit_is_pinned_and_branch_is_not():
+    assert parse_source("hf://a/b@" + "ab" * 20).pinned_commit == "ab" * 20
+    assert parse_source("hf://a/b@main").pinned_commit is None
+    assert parse_source("hf://a/b@" + "AB" * 20).pinned_commit is None
+
+
+@pytest.mark.parametrize("source", [
+    "", "   ", "s3://bucket/x", "hf://", "hf://a/b/c", "hf://a//b", "hf://a--x/b", "hf://a/b..c",
+    "hf://-a/b", "hf://a/b-", "hf://a/.b", "hf://a/b@", "hf://a/b@ main", "hf://a/b@../x", "hf://a b/c",
+    "hf://ä/b", "hf://a/b\u2010c", "hf://" + "x" * 97 + "/b",
+])
+def test_parse_source_refuses(source):
+    with pytest.raises(InvalidInputError):
+        parse_source(source)
+
+
+@pytest.mark.parametrize("name", ["", "A", "a_b", "-a", "a-", "a" * 64, "a.b", "a/b", "ü"])
+def test_model_name_refuses(name):
+    with pytest.raises(InvalidInputError):
+        validate_model_name(name)
+
+
+def test_dir_names_never_collide():
+    assert repo_dir_name("a-b/c") == "a-b--c"
+    assert repo_dir_name("a/b-c") == "a--b-c"
+    assert repo_dir_name("gpt2") == "gpt2"
+
+
+@pytest.mark.parametrize("subpath, expected", [
+    (None, "/v/models/o--n"),
+    ("team", "/v/team/models/o--n"),
+    ("team/models", "/v/team/models/o--n"),
+    ("models/x", "/v/models/x/o--n"),
+    ("a/b", "/v/a/b/models/o--n"),
+])
+def test_model_path_layout(subpath, expected):
+    assert model_path("/v", "o/n", subpath) == expected
+
+
+def test_model_path_custom_models_dir():
+    assert model_path("/v", "o/n", None, "weights") == "/v/weights/o--n"
+    assert model_path("/v", "o/n", "x/weights", "weights") == "/v/x/weights/o--n"
+
+
+@pytest.mark.parametrize("subpath", ["/abs", "../x", "a/../b", "a//b", "a/", "./a", "a b", "é"])
+def test_subpath_refused(subpath):
+    with pytest.raises(InvalidInputError):
+        model_path("/v", "o/n", subpath)
+
+
+WORKSPACES = [
+    Workspace("pub-a", "/mnt/a", cluster="c1"),
+    Workspace("pub-a2", "/mnt/a", cluster="c1"),
+    Workspace("pub-b", "/mnt/a", cluster="c2"),
+    Workspace("priv", "/mnt/p", public=False, owner="alice"),
+    Workspace("priv-novol", None, public=False, owner="alice"),
+]
+
+
+def test_plan_all_public_dedups_per_cluster_and_path():
+    plan = plan_paths(WORKSPACES, "o/n", "bob")
+    assert [(p.workspace, p.cluster, p.path) for p in plan.paths] == [
+        ("pub-a", "c1", "/mnt/a/models/o--n"), ("pub-b", "c2", "/mnt/a/models/o--n")]
+
+
+def test_plan_private_workspace_rules():
+    assert [p.path for p in plan_paths(WORKSPACES, "o/n", "alice", ["priv"]).paths] == ["/mnt/p/models/o--n"]
+    with pytest.raises(InvalidInputError, match="private to 'alice'"):
+        plan_paths(WORKSPACES, "o/n", "bob", ["priv"])
+    plan = plan_paths(WORKSPACES, "o/n", "alice", ["priv-novol"])
+    assert plan.paths == () and "no volume" in plan.skipped[0]
+    with pytest.raises(InvalidInputError, match="unknown workspace"):
+        plan_paths(WORKSPACES, "o/n", "alice", ["nope"])
+
+
+def test_select_files_patterns():
+    files = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "config.json",
+             "tokenizer.json", "tokenizer.model", "vocab.txt", "chat_template.jinja", "modeling.py", "x.tiktoken",
+             "pytorch_model.bin", "tf_model.h5", "README.md", ".gitattributes", "original/consolidated.00.pth",
+             "original/params.json", "sub/model.safetensors"]
+    assert select_files(files) == sorted([
+        "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "config.json", "tokenizer.json",
+        "tokenizer.model", "vocab.txt", "chat_template.jinja", "modeling.py", "x.tiktoken", "sub/model.safetensors"])
+
+
+def test_select_files_falls_back_to_bin_and_refuses_no_weights():
+    assert select_files(["pytorch_model.bin", "config.json", "original/x.pt"]) == ["config.json", "pytorch_model.bin"]
+    with pytest.raises(DownloadError, match="no weights") as e:
+        select_files(["config.json", "tf_model.h5", "original/x.safetensors"])
+    assert e.value.permanent
+
+
+def test_path_decision():
+    assert path_decision([]) == ("free", None)
+    assert path_decision([("a", True)]) == ("wait", "a")
+    assert path_decision([("a", True), ("b", False)]) == ("taken", "b")

@@ -1,0 +1,278 @@
+"""The one-machine lifecycle end to end, through a real Prefect server and the real HF client."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import expected_size, tiny_files
+from flows.delete_model import delete_model
+from flows.ensure_model import ensure_model
+from weightkeeper.download import PARTIAL_DIR
+from weightkeeper.errors import ConflictError
+
+
+def fetched_files(path: str) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in Path(path).rglob("*")
+                  if p.is_file() and not p.relative_to(path).parts[0] == ".cache")
+
+
+def wait_until(predicate, timeout: float = 60, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def in_thread(fn, *args):
+    result: dict = {}
+
+    def run():
+        try:
+            result["value"] = fn(*args)
+        except BaseException as e:  # noqa: BLE001
+            result["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.result = result
+    return t
+
+
+def test_create_ready_delete_released(wk, hub):
+    files = tiny_files("lifecycle")
+    commit = hub.add_repo("acme/life", files)
+    hub.reset_stats()
+    model = wk.declare("life", "hf://acme/life")
+    assert [p.workspace for p in model.local_paths] == ["team-a", "team-b"]
+    assert model.phase == "Pending"
+
+    assert ensure_model("life") == "Ready"
+    model = wk.registry.get_model("life")
+    assert model.commit == commit and model.phase == "Ready"
+    for p in model.local_paths:
+        assert p.path == str(wk.volumes[p.workspace] / "models" / "acme--life")
+        assert p.status == "Ready" and p.size_bytes == expected_size(files)
+        assert fetched_files(p.path) == sorted(["config.json", "model-00001-of-00002.safetensors",
+                                                "model-00002-of-00002.safetensors", "tokenizer.json",
+                                                "tokenizer_config.json"])
+        for name in fetched_files(p.path):
+            assert (Path(p.path) / name).read_bytes() == files[name]
+    for never in ("README.md", "pytorch_model.bin", "tf_model.h5", "original/consolidated.00.pth"):
+        assert hub.get_count("acme/life", never) == 0
+    assert hub.get_count("acme/life") == 2 * 5
+
+    assert delete_model("life") == "Released"
+    for p in model.local_paths:
+        assert not os.path.lexists(p.path)
+        assert (Path(p.path).parent).is_dir()  # the models dir itself stays
+    assert wk.registry.find_model("life") is None
+
+
+def test_rerun_downloads_nothing(wk, hub):
+    hub.add_repo("acme/rerun", tiny_files("rerun"))
+    wk.declare("rerun", "hf://acme/rerun", workspaces=["team-a"])
+    assert ensure_model("rerun") == "Ready"
+    hub.reset_stats()
+    assert ensure_model("rerun") == "Ready"
+    assert hub.get_count("acme/rerun") == 0
+    assert wk.registry.get_model("rerun").local_paths[0].size_bytes == expected_size(tiny_files("rerun"))
+
+
+def test_partial_file_resumes_from_its_size(wk, hub):
+    files = tiny_files("resume", shards=1, shard_size=512 * 1024)
+    hub.add_repo("acme/resume", files)
+    wk.declare("resume", "hf://acme/resume", workspaces=["team-a"])
+    path = Path(wk.registry.get_model("resume").local_paths[0].path)
+    shard = "model-00001-of-00001.safetensors"
+    part = path / PARTIAL_DIR / f"{shard}.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(files[shard][:300 * 1024])
+    hub.reset_stats()
+    assert ensure_model("resume") == "Ready"
+    assert (path / shard).read_bytes() == files[shard]
+    assert hub.bytes_served("acme/resume") == expected_size(files) - 300 * 1024
+    assert any(r.range == f"bytes={300 * 1024}-" for r in hub.requests if r.filename == shard)
+
+
+def test_corrupt_partial_file_is_dropped_and_refetched(wk, hub):
+    files = tiny_files("corrupt-part", shards=1)
+    hub.add_repo("acme/corrupt-part", files)
+    wk.declare("corrupt-part", "hf://acme/corrupt-part", workspaces=["team-a"])
+    path = Path(wk.registry.get_model("corrupt-part").local_paths[0].path)
+    shard = "model-00001-of-00001.safetensors"
+    part = path / PARTIAL_DIR / f"{shard}.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(b"\xff" * 1000)  # wrong bytes: the checksum catches it, the retry refetches
+    assert ensure_model("corrupt-part") == "Ready"
+    assert (path / shard).read_bytes() == files[shard]
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("hf://acme/does-not-exist", "was not found"),
+    ("hf://acme/known@no-such-branch", "revision 'no-such-branch' does not exist"),
+])
+def test_unknown_repo_or_revision_fails_with_message(wk, hub, source, expected):
+    hub.add_repo("acme/known", tiny_files("known"))
+    wk.declare("unknown", source, workspaces=["team-a"])
+    assert ensure_model("unknown") == "Failed"
+    model = wk.registry.get_model("unknown")
+    assert model.phase == "Failed" and expected in model.message
+    assert not os.path.exists(model.local_paths[0].path)
+
+
+def test_repo_without_weights_fails(wk, hub):
+    hub.add_repo("acme/noweights", {"config.json": b"{}", "tf_model.h5": b"x" * 10})
+    wk.declare("noweights", "hf://acme/noweights", workspaces=["team-a"])
+    assert ensure_model("noweights") == "Failed"
+    assert "no weights" in wk.registry.get_model("noweights").message
+
+
+def test_bin_fallback_when_no_safetensors(wk, hub):
+    hub.add_repo("acme/binonly", {"config.json": b"{}", "pytorch_model.bin": b"b" * 100, "x.h5": b"h"})
+    wk.declare("binonly", "hf://acme/binonly", workspaces=["team-a"])
+    assert ensure_model("binonly") == "Ready"
+    path = wk.registry.get_model("binonly").local_paths[0].path
+    assert fetched_files(path) == ["config.json", "pytorch_model.bin"]
+
+
+def test_gated_repo_needs_the_token_block_and_never_leaks_it(wk, hub):
+    from prefect.blocks.system import Secret
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter
+
+    token = "hf_SECRETtoken1234567890"
+    hub.add_repo("acme/gated", tiny_files("gated"), gated=True, token=token)
+    wk.declare("gated-no-token", "hf://acme/gated", workspaces=["team-a"])
+    assert ensure_model("gated-no-token") == "Failed"
+    assert "gated" in wk.registry.get_model("gated-no-token").message
+
+    Secret(value=token).save("hf-token-gated", overwrite=True)
+    wk.declare("gated", "hf://acme/gated", workspaces=["team-b"], token_block="hf-token-gated")
+    assert ensure_model("gated") == "Ready"
+    assert any(r.authorization_present for r in hub.requests if r.repo_id == "acme/gated")
+
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(LogFilter(), limit=200)
+        runs = client.read_flow_runs(limit=50)
+        artifacts = client.read_artifacts(limit=100)
+    text = " ".join([str(l.message) for l in logs] + [str(r.parameters) for r in runs]
+                    + [str(a.data) for a in artifacts])
+    assert token not in text
+    assert token not in str(wk.registry.get_model("gated").to_json())
+
+
+def test_cleanup_failure_keeps_model_and_retry_releases_it(wk, hub, immutable):
+    hub.add_repo("acme/stuck", tiny_files("stuck"))
+    wk.declare("stuck", "hf://acme/stuck", workspaces=["team-a"])
+    assert ensure_model("stuck") == "Ready"
+    path = Path(wk.registry.get_model("stuck").local_paths[0].path)
+    with immutable(path):
+        run = in_thread(delete_model, "stuck")
+        model = wait_until(lambda: (m := wk.registry.get_model("stuck")).cleanup_attempts >= 2 and m,
+                           what="two failed cleanup attempts")
+        assert model.phase == "Deleting" and model.is_deleted
+        assert "cleanup of" in model.message and "kept" in model.message
+        assert model.local_paths and path.exists()
+    run.join(60)
+    assert run.result.get("value") == "Released"
+    assert not path.exists() and wk.registry.find_model("stuck") is None
+
+
+def test_live_models_directory_is_kept(wk, hub):
+    files = tiny_files("shared")
+    hub.add_repo("acme/shared", files)
+    wk.declare("first", "hf://acme/shared", workspaces=["team-a"])
+    assert ensure_model("first") == "Ready"
+    with pytest.raises(ConflictError) as e:
+        wk.declare("dup", "hf://acme/shared", workspaces=["team-a"])
+    assert e.value.code == "AlreadyExists"
+    wk.declare("second", "hf://acme/shared", workspaces=["team-a", "team-b"])
+    assert ensure_model("second") == "Failed"
+    second = {p.workspace: p for p in wk.registry.get_model("second").local_paths}
+    assert second["team-a"].status == "Failed" and "owned by live model 'first'" in second["team-a"].message
+    assert second["team-b"].status == "Ready"
+    assert delete_model("second") == "Released"
+    first = wk.registry.get_model("first").local_paths[0]
+    assert fetched_files(first.path) and first.status == "Ready"
+    assert not os.path.exists(second["team-b"].path)
+
+
+def test_pending_model_waits_for_a_deleting_models_path(wk, hub, immutable):
+    hub.add_repo("acme/handover", tiny_files("handover"))
+    wk.declare("old", "hf://acme/handover", workspaces=["team-a"])
+    assert ensure_model("old") == "Ready"
+    wk.declare("new", "hf://acme/handover", workspaces=["team-a", "team-b"])
+    path = Path(wk.registry.get_model("old").local_paths[0].path)
+    with immutable(path):
+        deletion = in_thread(delete_model, "old")
+        wait_until(lambda: wk.registry.get_model("old").cleanup_attempts >= 1, what="old's cleanup to fail")
+        with pytest.raises(ConflictError) as e:
+            wk.declare("third", "hf://acme/handover", workspaces=["team-a"])
+        assert e.value.code == "ResourceProcessing"
+        ensure = in_thread(ensure_model, "new")
+        waiting = wait_until(lambda: next((p for p in wk.registry.get_model("new").local_paths
+                                           if p.workspace == "team-a" and p.status == "Waiting"), None),
+                             what="new to wait for old's cleanup")
+        assert "Waiting for deleted model 'old'" in waiting.message
+    deletion.join(60)
+    assert deletion.result.get("value") == "Released"
+    ensure.join(60)
+    assert ensure.result.get("value") == "Ready"
+    assert all(p.status == "Ready" for p in wk.registry.get_model("new").local_paths)
+
+
+def test_delete_stops_a_running_download_first(wk, hub):
+    files = tiny_files("slow", shards=2, shard_size=2 * 1024 * 1024)
+    hub.add_repo("acme/slow", files)
+    hub.set_throttle(256 * 1024, repo_id="acme/slow")
+    try:
+        wk.declare("slow", "hf://acme/slow", workspaces=["team-a"])
+        ensure = in_thread(ensure_model, "slow")
+        wait_until(lambda: wk.registry.get_model("slow").local_paths[0].bytes_done > 0, what="download to start")
+        path = wk.registry.get_model("slow").local_paths[0].path
+        assert delete_model("slow") == "Released"
+        assert wk.registry.find_model("slow") is None
+        ensure.join(60)
+        assert not ensure.is_alive()
+        assert not os.path.lexists(path)
+    finally:
+        hub.set_throttle(None, repo_id="acme/slow")
+
+
+def test_private_workspace_without_volume_fails_the_model(wk, hub):
+    wk.rewrite(hf_endpoint=hub.url, workspaces=wk._workspaces + [
+        {"name": "novol", "public": False, "owner": "alice"}])
+    hub.add_repo("acme/novol", tiny_files("novol"))
+    wk.declare("novol", "hf://acme/novol", workspaces=["novol"])
+    assert ensure_model("novol") == "Failed"
+    assert "no volume" in wk.registry.get_model("novol").message
+
+
+def test_download_cap_is_never_exceeded(wk, hub):
+    wk.rewrite(hf_endpoint=hub.url, max_concurrent_downloads=2)
+    names = [f"cap-{i}" for i in range(8)]
+    for name in names:
+        hub.add_repo(f"acme/{name}", tiny_files(name, shards=1, shard_size=768 * 1024))
+        hub.set_throttle(512 * 1024, repo_id=f"acme/{name}")
+        wk.declare(name, f"hf://acme/{name}", workspaces=["team-a"])
+    hub.reset_stats()
+    messages: set[str] = set()
+    runs = [in_thread(ensure_model, name) for name in names]
+    while any(r.is_alive() for r in runs):
+        for m in wk.registry.list_models():
+            messages.update(p.message for p in m.local_paths if p.message.startswith("Waiting for a download slot"))
+        time.sleep(0.05)
+    for name in names:
+        hub.set_throttle(None, repo_id=f"acme/{name}")
+    assert [r.result.get("value") for r in runs] == ["Ready"] * 8
+    assert hub.peak_concurrent_repos == 2
+    assert messages and all(re.fullmatch(r"Waiting for a download slot \([0-2]/2 in use\)", m) for m in messages)

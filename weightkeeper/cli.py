@@ -1,0 +1,268 @@
+"""The `weightkeeper` command line."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.table import Table
+
+from weightkeeper.config import Settings, load_settings
+from weightkeeper.errors import ConflictError, InvalidInputError, NotFoundError, WeightkeeperError
+from weightkeeper.registry import Model, Registry
+from weightkeeper.registry.store import DELETING, READY
+from weightkeeper.service import declare_model, registry_for
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _quiet_prefect_console() -> None:
+    """Keep Prefect's run logs off the terminal while a progress display runs (they still reach the API)."""
+    for handler in logging.getLogger("prefect").handlers:
+        if type(handler).__name__ == "PrefectConsoleHandler":
+            handler.setLevel(logging.WARNING)
+
+
+def _paths_table(model: Model) -> Table:
+    table = Table(title=f"{model.name}: {model.phase}", title_justify="left")
+    for column in ("workspace", "path", "status", "sizeBytes", "message"):
+        table.add_column(column, overflow="fold")
+    for p in model.local_paths:
+        table.add_row(p.workspace, p.path, p.status, "" if p.size_bytes is None else str(p.size_bytes), p.message)
+    return table
+
+
+def follow(registry: Registry, name: str, work: Callable[[], object]) -> Model | None:
+    """Run `work` (a flow) in a thread and show each path's progress from the registry until it ends."""
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            outcome.append(e)
+
+    thread = threading.Thread(target=run, name=f"flow-{name}", daemon=True)
+    _quiet_prefect_console()
+    thread.start()
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  TextColumn("{task.fields[status]}"), console=err_console, transient=False) as progress:
+        bars: dict[int, int] = {}
+        while True:
+            alive = thread.is_alive()
+            model = registry.find_model(name)
+            for p in model.local_paths if model else []:
+                if p.id not in bars:
+                    bars[p.id] = progress.add_task(f"{p.workspace}:{p.path}", total=None, status="")
+                progress.update(bars[p.id], completed=p.bytes_done, total=p.bytes_total or None,
+                                status=f"{p.status} {p.message}"[:80])
+            if not alive:
+                break
+            time.sleep(0.5)
+    if outcome and not isinstance(outcome[0], Exception):
+        raise outcome[0]
+    return registry.find_model(name)
+
+
+def start_in_background(settings: Settings, flow: str, name: str) -> str:
+    """Run a flow in a detached process; its output goes to a log file under the data directory."""
+    log_dir = settings.home / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{flow}-{name}.log"
+    env = dict(os.environ)
+    if settings.config_path:
+        env["WEIGHTKEEPER_CONFIG"] = str(settings.config_path)
+    with open(log_path, "ab") as log:
+        subprocess.Popen([sys.executable, "-m", "weightkeeper.cli", "run", flow, name], stdout=log,
+                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    return str(log_path)
+
+
+def _run_flow(flow: str, name: str):
+    if flow == "ensure-model":
+        from flows.ensure_model import ensure_model
+
+        return ensure_model(name)
+    from flows.delete_model import delete_model
+
+    return delete_model(name)
+
+
+def _launch(args, settings: Settings, registry: Registry, flow: str, name: str) -> int:
+    if not args.wait:
+        log = start_in_background(settings, flow, name)
+        console.print(f"{flow} started for {name} in the background (log: {log}); "
+                      f"follow it with `weightkeeper model get {name}`")
+        return 0
+    model = follow(registry, name, lambda: _run_flow(flow, name))
+    if model is None:
+        console.print(f"model {name} released: every file it put down is gone")
+        return 0
+    console.print(_paths_table(model))
+    if model.phase != READY:
+        err_console.print(f"model {name} is {model.phase}: {model.message}")
+        return 1
+    return 0
+
+
+def cmd_workspace_list(args, settings: Settings) -> int:
+    rows = [{"name": w.name, "cluster": w.cluster, "volume": w.volume, "public": w.public, "owner": w.owner,
+             "modelsDir": w.models_dir} for w in settings.workspaces]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = Table()
+    for column in ("name", "cluster", "volume", "public", "owner", "modelsDir"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(*("" if r[c] is None else str(r[c]) for c in r))
+    console.print(table)
+    return 0
+
+
+def cmd_model_create(args, settings: Settings) -> int:
+    registry = registry_for(settings)
+    model = declare_model(settings, registry, name=args.name, source=args.source, owner_name=getpass.getuser(),
+                          owner_uid=os.getuid(), workspaces=args.workspace, subpath=args.subpath,
+                          token_block=args.token_block)
+    console.print(f"model {model.name} declared: {model.source} -> "
+                  + (", ".join(p.path for p in model.local_paths) or "no path"))
+    return _launch(args, settings, registry, "ensure-model", model.name)
+
+
+def cmd_model_ensure(args, settings: Settings) -> int:
+    registry = registry_for(settings)
+    model = registry.get_model(args.name)
+    if model.phase == DELETING:
+        raise ConflictError(f"model {args.name!r} is being deleted", "ResourceProcessing")
+    return _launch(args, settings, registry, "ensure-model", model.name)
+
+
+def cmd_model_list(args, settings: Settings) -> int:
+    models = registry_for(settings).list_models(include_deleting=args.include_deleting, phase=args.phase,
+                                                workspace=args.workspace)
+    if args.json:
+        print(json.dumps([m.to_json() for m in models], indent=2))
+        return 0
+    table = Table()
+    for column in ("name", "phase", "source", "paths", "sizeBytes", "deleting"):
+        table.add_column(column)
+    for m in models:
+        size = sum(p.size_bytes or 0 for p in m.local_paths)
+        table.add_row(m.name, m.phase, m.source, str(len(m.local_paths)), str(size),
+                      m.deletion_time.isoformat() if m.deletion_time else "")
+    console.print(table)
+    return 0
+
+
+def cmd_model_get(args, settings: Settings) -> int:
+    model = registry_for(settings).get_model(args.name)
+    if args.json:
+        print(json.dumps(model.to_json(), indent=2))
+        return 0
+    console.print(f"source: {model.source}  commit: {model.commit or '-'}  owner: {model.owner_name}")
+    if model.message:
+        console.print(f"message: {model.message}")
+    console.print(_paths_table(model))
+    return 0
+
+
+def cmd_model_delete(args, settings: Settings) -> int:
+    registry = registry_for(settings)
+    registry.mark_deleting(args.name)
+    console.print(f"model {args.name} marked for deletion")
+    return _launch(args, settings, registry, "delete-model", args.name)
+
+
+def cmd_run(args, settings: Settings) -> int:
+    """Run one flow in this process (used by background launches)."""
+    _run_flow(args.flow, args.name)
+    return 0
+
+
+def cmd_demo(args, settings: Settings) -> int:
+    from weightkeeper.demo import run_demo
+
+    return run_demo(source=args.source, offline=args.offline)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="weightkeeper", description=__doc__)
+    parser.add_argument("--config", help="TOML config file (default $WEIGHTKEEPER_CONFIG)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    ws = sub.add_parser("workspace", help="declared workspaces").add_subparsers(dest="action", required=True)
+    p = ws.add_parser("list", help="list workspaces")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_workspace_list)
+
+    model = sub.add_parser("model", help="declare, inspect and delete models").add_subparsers(
+        dest="action", required=True)
+    p = model.add_parser("create", help="declare a model and download it into its workspaces")
+    p.add_argument("name")
+    p.add_argument("--source", required=True, help="hf://owner/name[@revision]")
+    p.add_argument("--workspace", action="append", help="target workspace (repeat; default: all public)")
+    p.add_argument("--subpath", help="directory below the volume root")
+    p.add_argument("--token-block", help="Prefect Secret block holding the Hugging Face token")
+    p.add_argument("--wait", action="store_true", help="run here and show progress until Ready or Failed")
+    p.set_defaults(func=cmd_model_create)
+    p = model.add_parser("ensure", help="run ensure-model again (idempotent: only what is missing is fetched)")
+    p.add_argument("name")
+    p.add_argument("--wait", action="store_true")
+    p.set_defaults(func=cmd_model_ensure)
+    p = model.add_parser("list", help="list models")
+    p.add_argument("--include-deleting", action="store_true", help="also models still being deleted")
+    p.add_argument("--phase")
+    p.add_argument("--workspace")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_model_list)
+    p = model.add_parser("get", help="show one model")
+    p.add_argument("name")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_model_get)
+    p = model.add_parser("delete", help="stop downloads, remove every path, release the model")
+    p.add_argument("name")
+    p.add_argument("--wait", action="store_true", help="run here until the model is released")
+    p.set_defaults(func=cmd_model_delete)
+
+    p = sub.add_parser("run", help=argparse.SUPPRESS)
+    p.add_argument("flow", choices=["ensure-model", "delete-model"])
+    p.add_argument("name")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("demo", help="create a model, wait for Ready, show it, delete it, show the files gone")
+    p.add_argument("--source", help="model to use (default: a tiny public model, or the shipped one offline)")
+    p.add_argument("--offline", action="store_true", help="do not try the Hugging Face Hub")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = load_settings(args.config)
+        return args.func(args, settings)
+    except (InvalidInputError, ConflictError, NotFoundError) as e:
+        err_console.print(f"error: {e}", highlight=False)
+        return 2
+    except WeightkeeperError as e:
+        err_console.print(f"error: {e}", highlight=False)
+        return 1
+    except KeyboardInterrupt:
+        err_console.print("interrupted: partial files are kept; `weightkeeper model ensure NAME` resumes")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

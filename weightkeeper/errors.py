@@ -1,0 +1,45 @@
+"""Errors that carry what the user needs to act on them."""
+
+
+class WeightkeeperError(Exception):
+    """Base class: its message is shown to the user as one line."""
+
+
+class InvalidInputError(WeightkeeperError):
+    """A name, source, path or setting is not acceptable."""
+
+
+class ConfigError(WeightkeeperError):
+    """The configuration file or environment is invalid."""
+
+
+class UnsafePathError(WeightkeeperError):
+    """A path failed the cleanup guard and must never be removed."""
+
+
+class NotFoundError(WeightkeeperError):
+    """A model or workspace does not exist."""
+
+
+class ConflictError(WeightkeeperError):
+    """The request conflicts with the registry's state. `code` is machine-readable."""
+
+    def __init__(self, message: str, code: str):
+        super().__init__(message)
+        self.code = code
+
+
+class DownloadError(WeightkeeperError):
+    """A download failed. `permanent` errors are not retried."""
+
+    def __init__(self, message: str, permanent: bool = False):
+        super().__init__(message)
+        self.permanent = permanent
+
+
+class DownloadCancelled(WeightkeeperError):
+    """The model is being deleted, or another run took over the path: stop at once."""
+
+
+class CleanupError(WeightkeeperError):
+    """A path could not be removed; the model is kept and cleanup retried."""

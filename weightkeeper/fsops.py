@@ -1,0 +1,62 @@
+"""Filesystem side of model directories: size, and guarded removal that never follows a symlink."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from collections.abc import Iterable
+
+from weightkeeper.download import CACHE_DIR
+from weightkeeper.errors import CleanupError, UnsafePathError
+from weightkeeper.guard import VolumeRule, check_removable
+
+
+def directory_size(path: str) -> int:
+    """Bytes of regular files below `path`, without its `.cache` and without following symlinks."""
+    total = 0
+    stack = [path]
+    while stack:
+        current = stack.pop()
+        with os.scandir(current) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    if not (current == path and entry.name == CACHE_DIR):
+                        stack.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_size
+    return total
+
+
+def _check_parents(path: str, volume: VolumeRule) -> None:
+    """No directory between the volume root and `path` may be a symlink (the root itself may)."""
+    parent = os.path.dirname(path)
+    expected = os.path.join(os.path.realpath(volume.root), os.path.relpath(parent, volume.root))
+    if os.path.realpath(parent) != expected:
+        raise UnsafePathError(f"refusing to remove {path!r}: a directory above it inside volume {volume.root} "
+                              "is a symlink")
+
+
+def remove_model_path(path: str, volumes: Iterable[VolumeRule]) -> bool:
+    """Remove a model directory (or the link at its path). Returns False when nothing was there.
+
+    Checks the guard, then that no parent is a symlink, then removes without following links
+    (`shutil.rmtree` uses the fd-based walk on Linux; a link at `path` is unlinked, not followed).
+    """
+    volume = check_removable(path, volumes)
+    _check_parents(path, volume)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    check_removable(path, [volume])  # once more, just before removal
+    try:
+        if stat.S_ISDIR(mode):
+            if not shutil.rmtree.avoids_symlink_attacks:
+                raise CleanupError(f"this platform cannot remove {path} without following symlinks")
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    except OSError as e:
+        raise CleanupError(f"cannot remove {e.filename or path}: {e.strerror or e}") from None
+    return True

@@ -1,0 +1,55 @@
+"""The cleanup guard: which paths may ever be removed (pure; the I/O half is in `fsops`).
+
+A path may be removed only when it is an absolute, clean path inside a declared workspace
+volume, not the volume root, with a segment below that volume's models directory, and every
+segment below the volume made of safe ASCII characters (so look-alikes never match).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from weightkeeper.errors import UnsafePathError
+from weightkeeper.layout import SEGMENT
+
+
+@dataclass(frozen=True)
+class VolumeRule:
+    """A workspace volume root and the name of its models directory."""
+
+    root: str
+    models_dir: str = "models"
+
+
+def _refuse(path: object, why: str) -> UnsafePathError:
+    return UnsafePathError(f"refusing to remove {path!r}: {why}")
+
+
+def check_removable(path: object, volumes: Iterable[VolumeRule]) -> VolumeRule:
+    """Return the volume that contains `path`, or raise `UnsafePathError` saying why not."""
+    if not isinstance(path, str) or not path:
+        raise _refuse(path, "not a path")
+    if "\x00" in path:
+        raise _refuse(path, "contains a NUL byte")
+    if not path.startswith("/"):
+        raise _refuse(path, "not absolute")
+    if path.startswith("//") or posixpath.normpath(path) != path:
+        raise _refuse(path, "not a clean path ('//', '.', '..' or a trailing '/')")
+    volumes = sorted(volumes, key=lambda v: len(v.root), reverse=True)
+    if any(path == v.root.rstrip("/") for v in volumes):
+        raise _refuse(path, "it is a workspace volume root")
+    for volume in volumes:
+        root = volume.root.rstrip("/")
+        if not root or not path.startswith(root + "/"):
+            continue
+        segments = path[len(root) + 1 :].split("/")
+        bad = [s for s in segments if not SEGMENT.fullmatch(s)]
+        if bad:
+            raise _refuse(path, f"segment {bad[0]!r} has characters outside [A-Za-z0-9._-]")
+        below = segments.index(volume.models_dir) if volume.models_dir in segments else -1
+        if below < 0 or below == len(segments) - 1:
+            raise _refuse(path, f"not below a {volume.models_dir!r} directory of volume {volume.root}")
+        return volume
+    raise _refuse(path, "not inside any declared workspace volume")

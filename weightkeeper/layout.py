@@ -1,0 +1,107 @@
+"""Pure rules for sources, directory names and model paths (no I/O)."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass
+
+from weightkeeper.errors import InvalidInputError
+
+SEGMENT = re.compile(r"[A-Za-z0-9._-]+")
+COMMIT = re.compile(r"[0-9a-f]{40}")
+MODEL_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+DEFAULT_REVISION = "main"
+
+
+@dataclass(frozen=True)
+class HfSource:
+    """A Hugging Face model repository at a revision (`hf://owner/name[@revision]`)."""
+
+    repo_id: str
+    revision: str = DEFAULT_REVISION
+
+    @property
+    def uri(self) -> str:
+        return f"hf://{self.repo_id}@{self.revision}"
+
+    @property
+    def pinned_commit(self) -> str | None:
+        """The revision itself when it is a full commit sha: then no lookup is needed."""
+        return self.revision if COMMIT.fullmatch(self.revision) else None
+
+
+def validate_model_name(name: str) -> str:
+    if not isinstance(name, str) or not MODEL_NAME.fullmatch(name):
+        raise InvalidInputError(
+            f"invalid model name {name!r}: use 1-63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit"
+        )
+    return name
+
+
+def _validate_repo_segment(segment: str, repo_id: str) -> None:
+    if (
+        not SEGMENT.fullmatch(segment)
+        or "--" in segment
+        or ".." in segment
+        or segment[0] in "-."
+        or segment[-1] in "-."
+        or len(segment) > 96
+    ):
+        raise InvalidInputError(
+            f"invalid Hugging Face repository {repo_id!r}: each part must be letters, digits, '.', '_' or '-', "
+            "must not start or end with '-' or '.', and must not contain '--' or '..'"
+        )
+
+
+def parse_source(source: str) -> HfSource:
+    """Parse `hf://owner/name[@revision]` (or a bare `owner/name[@revision]`)."""
+    if not isinstance(source, str) or not source.strip():
+        raise InvalidInputError("a model source is required, e.g. hf://Qwen/Qwen2.5-0.5B-Instruct@main")
+    text = source.strip()
+    if "://" in text:
+        scheme, _, text = text.partition("://")
+        if scheme != "hf":
+            raise InvalidInputError(f"unsupported source scheme {scheme!r} in {source!r}: use hf://owner/name[@revision]")
+    repo_id, at, revision = text.partition("@")
+    if at and (not revision or any(c.isspace() for c in revision) or ".." in revision or revision.startswith("/")):
+        raise InvalidInputError(f"invalid revision {revision!r} in {source!r}")
+    parts = repo_id.split("/")
+    if not 1 <= len(parts) <= 2:
+        raise InvalidInputError(f"invalid Hugging Face repository {repo_id!r}: expected owner/name")
+    for part in parts:
+        _validate_repo_segment(part, repo_id)
+    return HfSource(repo_id=repo_id, revision=revision or DEFAULT_REVISION)
+
+
+def repo_dir_name(repo_id: str) -> str:
+    """`owner/name` -> `owner--name`; a single-segment repository keeps its name.
+
+    Hugging Face forbids `--` inside a segment, so two repositories never share a directory.
+    """
+    return "--".join(repo_id.split("/"))
+
+
+def validate_subpath(subpath: str | None) -> str | None:
+    """A relative, clean path of safe segments, or None."""
+    if subpath is None or subpath == "":
+        return None
+    segments = subpath.split("/")
+    if subpath.startswith("/") or any(s in ("", ".", "..") or not SEGMENT.fullmatch(s) for s in segments):
+        raise InvalidInputError(
+            f"invalid subpath {subpath!r}: use a relative path of letters, digits, '.', '_' and '-' segments "
+            "(no '..', no leading or double '/')"
+        )
+    return subpath
+
+
+def model_path(volume: str, repo_id: str, subpath: str | None = None, models_dir: str = "models") -> str:
+    """`<volume>/[subpath/]models/<dir>`; a subpath that already has a models segment is the parent as is."""
+    subpath = validate_subpath(subpath)
+    parent = volume
+    if subpath:
+        parent = posixpath.join(parent, subpath)
+    if not subpath or models_dir not in subpath.split("/"):
+        parent = posixpath.join(parent, models_dir)
+    return posixpath.join(parent, repo_dir_name(repo_id))

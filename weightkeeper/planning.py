@@ -1,0 +1,84 @@
+"""Pure planning: which workspaces and paths a model targets, which files it needs (no I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from huggingface_hub.utils import filter_repo_objects
+
+from weightkeeper.config import Workspace
+from weightkeeper.errors import DownloadError, InvalidInputError
+from weightkeeper.layout import model_path
+
+ALLOW_PATTERNS = ("*.safetensors", "*.json", "tokenizer*", "*.model", "*.tiktoken", "*.txt", "*.py", "*.jinja")
+FALLBACK_WEIGHTS = ("*.bin", "*.pth", "*.pt")
+IGNORE_PATTERNS = ("original/*",)
+
+
+@dataclass(frozen=True)
+class PlannedPath:
+    workspace: str
+    cluster: str
+    path: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    paths: tuple[PlannedPath, ...]
+    skipped: tuple[str, ...]  # why a requested workspace gets no path
+
+
+def plan_paths(
+    workspaces: Sequence[Workspace], repo_id: str, owner: str,
+    targets: Iterable[str] | None = None, subpath: str | None = None,
+) -> Plan:
+    """Resolve targets (named, or every public workspace) to one path per (cluster, path)."""
+    by_name = {w.name: w for w in workspaces}
+    if targets is None:
+        chosen = [w for w in workspaces if w.public]
+    else:
+        names = list(dict.fromkeys(targets))
+        unknown = [n for n in names if n not in by_name]
+        if unknown:
+            raise InvalidInputError(f"unknown workspace {unknown[0]!r}; declared: {', '.join(by_name) or 'none'}")
+        chosen = [by_name[n] for n in names]
+        for w in chosen:
+            if not w.usable_by(owner):
+                raise InvalidInputError(f"workspace {w.name!r} is private to {w.owner!r}, not {owner!r}")
+    paths: dict[tuple[str, str], PlannedPath] = {}
+    skipped = []
+    for w in chosen:
+        if not w.volume:
+            skipped.append(f"workspace {w.name!r} is private and has no volume, so it gets no download target")
+            continue
+        path = model_path(w.volume, repo_id, subpath, w.models_dir)
+        paths.setdefault((w.cluster, path), PlannedPath(w.name, w.cluster, path))
+    return Plan(tuple(paths.values()), tuple(skipped))
+
+
+def select_files(repo_files: Iterable[str]) -> list[str]:
+    """The files loading needs; `*.bin`/`*.pth`/`*.pt` only when there are no safetensors."""
+    files = sorted(repo_files)
+    chosen = list(filter_repo_objects(files, allow_patterns=list(ALLOW_PATTERNS), ignore_patterns=list(IGNORE_PATTERNS)))
+    weights = [f for f in chosen if f.endswith(".safetensors")]
+    if not weights:
+        weights = list(filter_repo_objects(files, allow_patterns=list(FALLBACK_WEIGHTS), ignore_patterns=list(IGNORE_PATTERNS)))
+        chosen = sorted(set(chosen) | set(weights))
+    if not weights:
+        raise DownloadError(
+            "the repository has no weights to load (no *.safetensors, *.bin, *.pth or *.pt outside original/)",
+            permanent=True,
+        )
+    return chosen
+
+
+def path_decision(holders: Iterable[tuple[str, bool]]) -> tuple[str, str | None]:
+    """Given other models at a path as (name, is_deleting): ('free'|'wait'|'taken', holder)."""
+    holders = list(holders)
+    live = [n for n, deleting in holders if not deleting]
+    if live:
+        return "taken", live[0]
+    if holders:
+        return "wait", holders[0][0]
+    return "free", None

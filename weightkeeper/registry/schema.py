@@ -1,0 +1,64 @@
+"""Registry tables (SQLAlchemy 2). Migrations in `migrations/` create exactly these."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class ModelRow(Base):
+    __tablename__ = "models"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    owner_name: Mapped[str] = mapped_column(String(255))
+    owner_uid: Mapped[int] = mapped_column(Integer)
+    source: Mapped[str] = mapped_column(Text)
+    repo_id: Mapped[str] = mapped_column(String(255))
+    revision: Mapped[str] = mapped_column(String(255))
+    commit: Mapped[str | None] = mapped_column(String(40))
+    token_block: Mapped[str | None] = mapped_column(String(255))
+    targets: Mapped[list | None] = mapped_column(JSON)
+    subpath: Mapped[str | None] = mapped_column(Text)
+    files: Mapped[list | None] = mapped_column(JSON)
+    phase: Mapped[str] = mapped_column(String(16), index=True)
+    message: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    deletion_time: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    cleanup_attempts: Mapped[int] = mapped_column(Integer, default=0)
+
+    paths: Mapped[list[LocalPathRow]] = relationship(
+        back_populates="model", cascade="all, delete-orphan", order_by="LocalPathRow.id"
+    )
+
+
+class LocalPathRow(Base):
+    __tablename__ = "local_paths"
+    __table_args__ = (UniqueConstraint("model_id", "cluster", "path"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
+    workspace: Mapped[str] = mapped_column(String(63))
+    cluster: Mapped[str] = mapped_column(String(255))
+    path: Mapped[str] = mapped_column(Text, index=True)
+    status: Mapped[str] = mapped_column(String(16))
+    message: Mapped[str] = mapped_column(Text, default="")
+    size_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    bytes_done: Mapped[int] = mapped_column(BigInteger, default=0)
+    bytes_total: Mapped[int] = mapped_column(BigInteger, default=0)
+    owned: Mapped[bool] = mapped_column(Boolean, default=False)  # this entry put files at the path
+    holder: Mapped[str | None] = mapped_column(String(255))
+    holder_host: Mapped[str | None] = mapped_column(String(255))
+    holder_pid: Mapped[int | None] = mapped_column(Integer)
+    holder_started: Mapped[float | None] = mapped_column(Float)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    model: Mapped[ModelRow] = relationship(back_populates="paths")

@@ -1,0 +1,449 @@
+"""Registry operations: each public method is one transaction.
+
+SQLite writers are serialised with `BEGIN IMMEDIATE`; on PostgreSQL the rows a transaction
+changes are locked with `SELECT ... FOR UPDATE`, and creation and deletion, which look at
+other models' paths, take one advisory lock so two of them never decide on stale reads.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine, delete, event, select, text
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, selectinload
+
+from weightkeeper.errors import ConflictError, NotFoundError
+from weightkeeper.planning import Plan, path_decision
+from weightkeeper.registry.schema import LocalPathRow, ModelRow
+
+PENDING, STAGING, DOWNLOADING, READY, FAILED, DELETING = "Pending", "Staging", "Downloading", "Ready", "Failed", "Deleting"
+WAITING, CLEANING = "Waiting", "Cleaning"
+_PATH_LOCK = 7_243_001  # advisory lock key for decisions that read other models' paths
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
+
+
+def _iso(value: datetime | None) -> str | None:
+    return _utc(value).isoformat() if value else None
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who is working on a path: a run, on a host, in a process (pid + start time beat pid reuse)."""
+
+    run: str
+    host: str
+    pid: int
+    started: float
+
+    @classmethod
+    def here(cls, run: str) -> Holder:
+        return cls(run=run, host=socket.gethostname(), pid=os.getpid(), started=process_start_time(os.getpid()))
+
+
+def process_start_time(pid: int) -> float:
+    """The process start time in clock ticks since boot (0.0 when unknown)."""
+    try:
+        return float(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+@dataclass
+class LocalPath:
+    id: int
+    workspace: str
+    cluster: str
+    path: str
+    status: str
+    message: str
+    size_bytes: int | None
+    bytes_done: int
+    bytes_total: int
+    owned: bool
+    holder: Holder | None
+    heartbeat_at: datetime | None
+
+    def to_json(self) -> dict:
+        return {"workspace": self.workspace, "cluster": self.cluster, "path": self.path, "status": self.status,
+                "sizeBytes": self.size_bytes, "message": self.message,
+                "progress": {"bytesDone": self.bytes_done, "bytesTotal": self.bytes_total}}
+
+
+@dataclass
+class Model:
+    name: str
+    owner_name: str
+    owner_uid: int
+    source: str
+    repo_id: str
+    revision: str
+    commit: str | None
+    token_block: str | None
+    targets: list[str] | None
+    subpath: str | None
+    files: list[dict] | None
+    phase: str
+    message: str
+    created_at: datetime
+    updated_at: datetime
+    deletion_time: datetime | None
+    cleanup_attempts: int
+    local_paths: list[LocalPath] = field(default_factory=list)
+
+    @property
+    def is_deleted(self) -> bool:
+        return self.deletion_time is not None
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name, "owner": {"name": self.owner_name, "uid": self.owner_uid}, "source": self.source,
+            "commit": self.commit, "tokenBlock": self.token_block, "targets": self.targets, "subpath": self.subpath,
+            "phase": self.phase, "message": self.message, "createdAt": _iso(self.created_at),
+            "updatedAt": _iso(self.updated_at), "isDeleted": self.is_deleted, "deletionTime": _iso(self.deletion_time),
+            "localPaths": [p.to_json() for p in self.local_paths],
+        }
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Outcome of a claim: `claimed`, `deleting`, `busy` (another worker), `wait` or `taken` (another model)."""
+
+    outcome: str
+    other: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "claimed"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a user declares; validated by `weightkeeper.service` before it reaches the registry."""
+
+    name: str
+    owner_name: str
+    owner_uid: int
+    source: str
+    repo_id: str
+    revision: str
+    token_block: str | None = None
+    targets: list[str] | None = None
+    subpath: str | None = None
+
+
+def _path_view(row: LocalPathRow) -> LocalPath:
+    holder = None
+    if row.holder:
+        holder = Holder(row.holder, row.holder_host or "", row.holder_pid or 0, row.holder_started or 0.0)
+    return LocalPath(row.id, row.workspace, row.cluster, row.path, row.status, row.message, row.size_bytes,
+                     row.bytes_done, row.bytes_total, row.owned, holder, _utc(row.heartbeat_at))
+
+
+def _view(row: ModelRow) -> Model:
+    return Model(
+        row.name, row.owner_name, row.owner_uid, row.source, row.repo_id, row.revision, row.commit, row.token_block,
+        row.targets, row.subpath, row.files, row.phase, row.message, _utc(row.created_at), _utc(row.updated_at),
+        _utc(row.deletion_time), row.cleanup_attempts, [_path_view(p) for p in row.paths],
+    )
+
+
+_engines: dict[str, Engine] = {}
+_engines_lock = threading.Lock()
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def _engine(url: str) -> Engine:
+    with _engines_lock:
+        if url not in _engines:
+            if url.startswith("sqlite"):
+                db = url.split("///", 1)[-1]
+                if db and db != ":memory:":
+                    Path(db).parent.mkdir(parents=True, exist_ok=True)
+                engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
+
+                @event.listens_for(engine, "connect")
+                def _sqlite_connect(dbapi_conn, _record):
+                    dbapi_conn.isolation_level = None  # let SQLAlchemy's BEGIN below be the only one
+                    dbapi_conn.execute("PRAGMA journal_mode=WAL")
+                    dbapi_conn.execute("PRAGMA foreign_keys=ON")
+                    dbapi_conn.execute("PRAGMA busy_timeout=60000")
+
+                @event.listens_for(engine, "begin")
+                def _sqlite_begin(conn):
+                    conn.exec_driver_sql("BEGIN IMMEDIATE")
+            else:
+                engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+            _migrate(engine)
+            _engines[url] = engine
+        return _engines[url]
+
+
+def _migrate(engine: Engine) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PATH_LOCK + 1})
+        config.attributes["connection"] = conn
+        command.upgrade(config, "head")
+
+
+def open_registry(url: str) -> Registry:
+    """The registry at `url`, migrated to the current schema."""
+    return Registry(_engine(url))
+
+
+class Registry:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    @contextmanager
+    def _tx(self, path_lock: bool = False) -> Iterator[Session]:
+        with Session(self.engine, expire_on_commit=False) as session, session.begin():
+            if path_lock and self.engine.dialect.name == "postgresql":
+                session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PATH_LOCK})
+            yield session
+
+    @staticmethod
+    def _model(session: Session, name: str, lock: bool = True) -> ModelRow:
+        query = select(ModelRow).where(ModelRow.name == name).options(selectinload(ModelRow.paths))
+        row = session.scalars(query.with_for_update() if lock else query).first()
+        if row is None:
+            raise NotFoundError(f"model {name!r} does not exist")
+        return row
+
+    @staticmethod
+    def _path(row: ModelRow, path_id: int) -> LocalPathRow:
+        for p in row.paths:
+            if p.id == path_id:
+                return p
+        raise NotFoundError(f"model {row.name!r} has no local path #{path_id}")
+
+    @staticmethod
+    def _owners(session: Session, cluster: str, path: str, exclude: int | None) -> list[tuple[str, bool]]:
+        """Other models whose entries put (or are putting) files at this directory: (name, deleting)."""
+        rows = session.execute(
+            select(ModelRow.name, ModelRow.phase).join(LocalPathRow)
+            .where(LocalPathRow.cluster == cluster, LocalPathRow.path == path, LocalPathRow.owned.is_(True),
+                   ModelRow.id != (exclude or -1))
+        )
+        return [(n, phase == DELETING) for n, phase in rows]
+
+    # -- models ----------------------------------------------------------------------------
+
+    def create_model(self, spec: ModelSpec, plan: Plan) -> Model:
+        """Record a new Pending model with one Pending entry per planned path.
+
+        Refused with `ResourceProcessing` while a deleting model still holds a target path, and
+        with `AlreadyExists` when the name is taken or live models hold every target path.
+        """
+        now = utcnow()
+        with self._tx(path_lock=True) as s:
+            existing = s.scalars(select(ModelRow).where(ModelRow.name == spec.name)).first()
+            if existing is not None:
+                if existing.phase == DELETING:
+                    raise ConflictError(f"model {spec.name!r} is still being deleted; create it again once it is released", "ResourceProcessing")
+                raise ConflictError(f"model {spec.name!r} already exists", "AlreadyExists")
+            taken = []
+            for p in plan.paths:
+                decision, holder = path_decision(self._owners(s, p.cluster, p.path, None))
+                if decision == "wait":
+                    raise ConflictError(
+                        f"path {p.path} in workspace {p.workspace!r} is still being cleaned up by deleted model "
+                        f"{holder!r}; retry once that model is released", "ResourceProcessing")
+                if decision == "taken":
+                    taken.append((p, holder))
+            if plan.paths and len(taken) == len(plan.paths):
+                p, holder = taken[0]
+                raise ConflictError(f"model {holder!r} already owns {p.path} in workspace {p.workspace!r}", "AlreadyExists")
+            row = ModelRow(
+                name=spec.name, owner_name=spec.owner_name, owner_uid=spec.owner_uid, source=spec.source,
+                repo_id=spec.repo_id, revision=spec.revision, token_block=spec.token_block, targets=spec.targets,
+                subpath=spec.subpath, phase=PENDING, message="; ".join(plan.skipped), created_at=now, updated_at=now,
+                cleanup_attempts=0,
+            )
+            row.paths = [LocalPathRow(workspace=p.workspace, cluster=p.cluster, path=p.path, status=PENDING, message="",
+                                      bytes_done=0, bytes_total=0, owned=False, updated_at=now) for p in plan.paths]
+            s.add(row)
+            try:
+                s.flush()
+            except IntegrityError:
+                raise ConflictError(f"model {spec.name!r} already exists", "AlreadyExists") from None
+            return _view(row)
+
+    def get_model(self, name: str) -> Model:
+        with self._tx() as s:
+            return _view(self._model(s, name, lock=False))
+
+    def find_model(self, name: str) -> Model | None:
+        try:
+            return self.get_model(name)
+        except NotFoundError:
+            return None
+
+    def list_models(self, include_deleting: bool = False, phase: str | None = None,
+                    workspace: str | None = None) -> list[Model]:
+        with self._tx() as s:
+            query = select(ModelRow).options(selectinload(ModelRow.paths)).order_by(ModelRow.name)
+            if not include_deleting:
+                query = query.where(ModelRow.deletion_time.is_(None))
+            if phase:
+                query = query.where(ModelRow.phase == phase)
+            if workspace:
+                query = query.where(ModelRow.paths.any(LocalPathRow.workspace == workspace))
+            return [_view(r) for r in s.scalars(query)]
+
+    def set_phase(self, name: str, phase: str, message: str = "") -> Model:
+        """Set a live model's phase; a deleting model keeps `Deleting`."""
+        with self._tx() as s:
+            row = self._model(s, name)
+            if row.phase != DELETING:
+                row.phase, row.message, row.updated_at = phase, message, utcnow()
+            return _view(row)
+
+    def set_message(self, name: str, message: str) -> None:
+        with self._tx() as s:
+            row = self._model(s, name)
+            row.message, row.updated_at = message, utcnow()
+
+    def set_snapshot(self, name: str, commit: str, files: list[dict]) -> Model:
+        with self._tx() as s:
+            row = self._model(s, name)
+            row.commit, row.files, row.updated_at = commit, files, utcnow()
+            return _view(row)
+
+    def mark_deleting(self, name: str) -> Model:
+        """Mark a model Deleting (idempotent). From here on it never becomes live again."""
+        with self._tx(path_lock=True) as s:
+            row = self._model(s, name)
+            if row.phase != DELETING:
+                row.phase, row.message = DELETING, "deletion requested: stopping downloads"
+                row.deletion_time = row.updated_at = utcnow()
+            return _view(row)
+
+    def record_cleanup_failure(self, name: str, message: str) -> Model:
+        with self._tx() as s:
+            row = self._model(s, name)
+            row.cleanup_attempts += 1
+            row.message, row.updated_at = message, utcnow()
+            return _view(row)
+
+    def release_model(self, name: str) -> bool:
+        """Remove a deleting model's row once no local path is left; False if some remain."""
+        with self._tx(path_lock=True) as s:
+            row = self._model(s, name)
+            if row.phase != DELETING:
+                raise ConflictError(f"model {name!r} is {row.phase}, not Deleting: it cannot be released", "NotDeleting")
+            if row.paths:
+                return False
+            s.delete(row)
+            return True
+
+    # -- local paths -----------------------------------------------------------------------
+
+    def path_in_use_elsewhere(self, name: str, path_id: int) -> str | None:
+        """The name of another live model that owns the same directory, if any."""
+        with self._tx() as s:
+            row = self._model(s, name, lock=False)
+            p = self._path(row, path_id)
+            live = [n for n, deleting in self._owners(s, p.cluster, p.path, row.id) if not deleting]
+            return live[0] if live else None
+
+    def claim_download(self, name: str, path_id: int, holder: Holder, lease_seconds: float) -> Claim:
+        """Take a path for downloading, unless the model is deleting, another worker's lease on the
+        entry is fresh, or another model owns the directory (deleting: wait; live: taken)."""
+        with self._tx(path_lock=True) as s:
+            row = self._model(s, name)
+            p = self._path(row, path_id)
+            if row.phase == DELETING:
+                return Claim("deleting")
+            if self._busy(p, holder, lease_seconds):
+                return Claim("busy", p.holder)
+            decision, other = path_decision(self._owners(s, p.cluster, p.path, row.id))
+            if decision != "free":
+                return Claim(decision, other)
+            self._hold(p, holder, DOWNLOADING)
+            p.owned = True
+            return Claim("claimed")
+
+    def claim_cleanup(self, name: str, path_id: int, holder: Holder, lease_seconds: float) -> bool:
+        """Take a deleting model's path for cleanup unless another worker's lease is fresh."""
+        with self._tx() as s:
+            row = self._model(s, name)
+            p = self._path(row, path_id)
+            if row.phase != DELETING or self._busy(p, holder, lease_seconds):
+                return False
+            self._hold(p, holder, CLEANING)
+            return True
+
+    @staticmethod
+    def _busy(p: LocalPathRow, holder: Holder, lease_seconds: float) -> bool:
+        fresh_after = utcnow() - timedelta(seconds=lease_seconds)
+        return bool(p.holder) and p.holder != holder.run and _utc(p.heartbeat_at) > fresh_after
+
+    @staticmethod
+    def _hold(p: LocalPathRow, holder: Holder, status: str) -> None:
+        p.holder, p.holder_host, p.holder_pid, p.holder_started = holder.run, holder.host, holder.pid, holder.started
+        p.heartbeat_at = p.updated_at = utcnow()
+        p.status = status
+
+    def heartbeat(self, name: str, path_id: int, holder: Holder, bytes_done: int | None = None,
+                  bytes_total: int | None = None, message: str | None = None) -> bool:
+        """Renew the lease and record progress; False when the work must stop (deleting, or taken over)."""
+        with self._tx() as s:
+            row = self._model(s, name)
+            p = self._path(row, path_id)
+            if p.holder != holder.run:
+                return False
+            p.heartbeat_at = p.updated_at = utcnow()
+            if bytes_done is not None:
+                p.bytes_done = bytes_done
+            if bytes_total is not None:
+                p.bytes_total = bytes_total
+            if message is not None:
+                p.message = message
+            return row.phase != DELETING or p.status == CLEANING
+
+    def finish_path(self, name: str, path_id: int, holder: Holder | None, status: str, message: str = "",
+                    size_bytes: int | None = None) -> None:
+        """Record the outcome of a path's work and release its lease (if `holder` still has it)."""
+        with self._tx() as s:
+            row = self._model(s, name)
+            p = self._path(row, path_id)
+            if holder is not None and p.holder not in (None, holder.run):
+                return
+            p.status, p.message, p.updated_at = status, message, utcnow()
+            if size_bytes is not None:
+                p.size_bytes = p.bytes_done = size_bytes
+            p.holder = p.holder_host = p.holder_pid = p.holder_started = p.heartbeat_at = None
+
+    def set_path_message(self, name: str, path_id: int, status: str, message: str) -> None:
+        with self._tx() as s:
+            p = self._path(self._model(s, name), path_id)
+            p.status, p.message, p.updated_at = status, message, utcnow()
+
+    def remove_path(self, name: str, path_id: int) -> None:
+        """Drop a path entry of a deleting model: call only once its directory is gone."""
+        with self._tx() as s:
+            row = self._model(s, name)
+            if row.phase != DELETING:
+                raise ConflictError(f"model {name!r} is not being deleted; its paths stay", "NotDeleting")
+            s.execute(delete(LocalPathRow).where(LocalPathRow.id == path_id, LocalPathRow.model_id == row.id))

@@ -1,0 +1,32 @@
+"""What users ask for, validated once for the CLI and the API: declare a model, ask for deletion."""
+
+from __future__ import annotations
+
+from weightkeeper.config import Settings
+from weightkeeper.errors import InvalidInputError
+from weightkeeper.layout import parse_source, validate_model_name, validate_subpath
+from weightkeeper.planning import plan_paths
+from weightkeeper.registry import Model, ModelSpec, Registry, open_registry
+
+
+def registry_for(settings: Settings) -> Registry:
+    return open_registry(settings.registry_url)
+
+
+def declare_model(settings: Settings, registry: Registry, *, name: str, source: str, owner_name: str,
+                  owner_uid: int, workspaces: list[str] | None = None, subpath: str | None = None,
+                  token_block: str | None = None) -> Model:
+    """Validate a declaration, plan its paths and record it Pending."""
+    validate_model_name(name)
+    parsed = parse_source(source)
+    subpath = validate_subpath(subpath)
+    if token_block is not None and not token_block.strip():
+        raise InvalidInputError("--token-block needs the name of a Prefect Secret block")
+    if not settings.workspaces:
+        where = settings.config_path or "$WEIGHTKEEPER_CONFIG"
+        raise InvalidInputError(f"no workspaces are declared; add [[workspaces]] to {where}")
+    plan = plan_paths(settings.workspaces, parsed.repo_id, owner_name, workspaces or None, subpath)
+    spec = ModelSpec(name=name, owner_name=owner_name, owner_uid=owner_uid, source=parsed.uri,
+                     repo_id=parsed.repo_id, revision=parsed.revision, token_block=token_block,
+                     targets=list(workspaces) if workspaces else None, subpath=subpath)
+    return registry.create_model(spec, plan)
