@@ -136,7 +136,7 @@ def record_size(name: str, path_id: int) -> int:
     _, registry = runtime()
     entry = _entry(registry, name, path_id)
     size = directory_size(entry.path)
-    registry.finish_path(name, path_id, path_holder(path_id), READY, f"{size} bytes in {entry.path}", size)
+    registry.finish_path(name, path_id, path_holder(path_id), READY, f"{size} bytes", size)
     get_run_logger().info("%s: %s is Ready, %d bytes", name, entry.path, size)
     return size
 

@@ -29,7 +29,7 @@ err_console = Console(stderr=True)
 
 def _quiet_prefect_console() -> None:
     """Keep Prefect's run logs off the terminal while a progress display runs (they still reach the API)."""
-    for handler in logging.getLogger("prefect").handlers:
+    for handler in logging.getLogger().handlers:
         if type(handler).__name__ == "PrefectConsoleHandler":
             handler.setLevel(logging.WARNING)
 
@@ -62,6 +62,9 @@ def follow(registry: Registry, name: str, work: Callable[[], object]) -> Model |
         while True:
             alive = thread.is_alive()
             model = registry.find_model(name)
+            if model is None:
+                for bar in bars.values():
+                    progress.update(bar, status="released")
             for p in model.local_paths if model else []:
                 if p.id not in bars:
                     bars[p.id] = progress.add_task(f"{p.workspace}:{p.path}", total=None, status="")
@@ -248,7 +251,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+LEASE_STORAGE = "prefect.server.concurrency.lease_storage.filesystem"
+
+
 def main(argv: list[str] | None = None) -> int:
+    # Set before Prefect loads: an embedded server then keeps slot leases on disk, so a restart leaks none.
+    os.environ.setdefault("PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE", LEASE_STORAGE)
     args = build_parser().parse_args(argv)
     try:
         settings = load_settings(args.config)

@@ -1,0 +1,131 @@
+"""Registry semantics and concurrent writers, on SQLite and on the real PostgreSQL server."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from sqlalchemy import text
+
+from weightkeeper.errors import ConflictError, NotFoundError
+from weightkeeper.planning import Plan, PlannedPath
+from weightkeeper.registry import Holder, ModelSpec, open_registry
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def registry(request, tmp_path):
+    if request.param == "sqlite":
+        return open_registry(f"sqlite:///{tmp_path / 'registry.db'}")
+    return open_registry(request.getfixturevalue("pg_url"))
+
+
+def spec(name: str) -> ModelSpec:
+    return ModelSpec(name=name, owner_name="alice", owner_uid=1000, source="hf://o/n@main", repo_id="o/n",
+                     revision="main")
+
+
+def plan(*paths: str) -> Plan:
+    return Plan(tuple(PlannedPath(f"ws{i}", "local", p) for i, p in enumerate(paths)), ())
+
+
+def holder(i: int) -> Holder:
+    return Holder(f"run-{i}", "host", 100 + i, 1.0)
+
+
+def parallel(n: int, fn) -> list:
+    results: list = [None] * n
+    barrier = threading.Barrier(n)
+
+    def run(i):
+        barrier.wait()
+        results[i] = fn(i)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def test_migrations_are_idempotent_and_at_head(registry):
+    with registry.engine.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0001"
+    from weightkeeper.registry.store import _migrate
+
+    _migrate(registry.engine)
+
+
+def test_create_get_list_and_name_conflicts(registry):
+    model = registry.create_model(spec("m"), plan("/v/models/o--n"))
+    assert model.phase == "Pending" and model.local_paths[0].status == "Pending"
+    assert registry.get_model("m").local_paths[0].path == "/v/models/o--n"
+    with pytest.raises(ConflictError) as e:
+        registry.create_model(spec("m"), plan("/w/models/o--n"))
+    assert e.value.code == "AlreadyExists"
+    with pytest.raises(NotFoundError):
+        registry.get_model("nope")
+    registry.mark_deleting("m")
+    assert registry.list_models() == []
+    deleting = registry.list_models(include_deleting=True)
+    assert [m.name for m in deleting] == ["m"] and deleting[0].is_deleted
+    with pytest.raises(ConflictError) as e:
+        registry.create_model(spec("m"), plan("/w/models/o--n"))
+    assert e.value.code == "ResourceProcessing"
+
+
+def test_release_only_without_paths(registry):
+    model = registry.create_model(spec("m"), plan("/v/models/o--n"))
+    with pytest.raises(ConflictError):
+        registry.release_model("m")  # not deleting
+    with pytest.raises(ConflictError):
+        registry.remove_path("m", model.local_paths[0].id)  # not deleting
+    registry.mark_deleting("m")
+    assert registry.release_model("m") is False
+    registry.remove_path("m", model.local_paths[0].id)
+    assert registry.release_model("m") is True
+    assert registry.find_model("m") is None
+
+
+def test_one_claim_wins_among_concurrent_workers(registry):
+    path_id = registry.create_model(spec("m"), plan("/v/models/o--n")).local_paths[0].id
+    outcomes = parallel(8, lambda i: registry.claim_download("m", path_id, holder(i), 60).outcome)
+    assert sorted(outcomes) == ["busy"] * 7 + ["claimed"]
+
+
+def test_two_models_never_both_own_one_directory(registry):
+    a = registry.create_model(spec("a"), plan("/v/models/o--n")).local_paths[0].id
+    b = registry.create_model(spec("b"), plan("/v/models/o--n")).local_paths[0].id
+    outcomes = parallel(2, lambda i: registry.claim_download(["a", "b"][i], [a, b][i], holder(i), 60).outcome)
+    assert sorted(outcomes) == ["claimed", "taken"]
+
+
+def test_stale_lease_can_be_taken_over(registry):
+    path_id = registry.create_model(spec("m"), plan("/v/models/o--n")).local_paths[0].id
+    assert registry.claim_download("m", path_id, holder(1), 60).ok
+    assert registry.claim_download("m", path_id, holder(2), 60).outcome == "busy"
+    assert registry.claim_download("m", path_id, holder(2), 0).ok  # lease of 0 s: holder 1 is stale
+    assert registry.heartbeat("m", path_id, holder(1)) is False
+    assert registry.heartbeat("m", path_id, holder(2)) is True
+    registry.mark_deleting("m")
+    assert registry.heartbeat("m", path_id, holder(2)) is False  # deleting: the download must stop
+
+
+def test_no_lost_updates_under_concurrent_writers(registry):
+    registry.create_model(spec("m"), plan("/v/models/o--n"))
+    parallel(8, lambda i: [registry.record_cleanup_failure("m", f"w{i}") for _ in range(10)])
+    assert registry.get_model("m").cleanup_attempts == 80
+
+
+def test_create_refused_while_deleting_model_owns_the_path(registry):
+    path_id = registry.create_model(spec("old"), plan("/v/models/o--n")).local_paths[0].id
+    assert registry.claim_download("old", path_id, holder(1), 60).ok
+    registry.finish_path("old", path_id, holder(1), "Ready", size_bytes=10)
+    with pytest.raises(ConflictError) as e:
+        registry.create_model(spec("new"), plan("/v/models/o--n"))
+    assert e.value.code == "AlreadyExists"
+    assert registry.create_model(spec("partial"), plan("/v/models/o--n", "/w/models/o--n"))
+    registry.mark_deleting("old")
+    with pytest.raises(ConflictError) as e:
+        registry.create_model(spec("new"), plan("/w/models/o--n", "/v/models/o--n"))
+    assert e.value.code == "ResourceProcessing" and "still being cleaned up" in str(e.value)
