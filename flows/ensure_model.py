@@ -37,5 +37,6 @@ def ensure_model(name: str) -> str:
             registry.set_phase(name, FAILED, f"cannot resolve {model.source}: {snapshot.message}")
     phase = finish_model(name)
     publish_paths(name)
-    logger.info("%s is %s: %s", name, phase, registry.get_model(name).message)
+    model = registry.find_model(name)
+    logger.info("%s is %s%s", name, phase, f": {model.message}" if model else "")
     return phase

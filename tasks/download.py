@@ -11,7 +11,7 @@ from prefect.runtime import flow_run, task_run
 from prefect.states import Cancelled
 
 from weightkeeper.download import Snapshot, fetch_snapshot
-from weightkeeper.errors import DownloadCancelled, DownloadError
+from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError
 from weightkeeper.fsops import directory_size
 from weightkeeper.layout import HfSource
 from weightkeeper.registry import Holder, LocalPath, Registry
@@ -89,7 +89,10 @@ def download_snapshot(name: str, path_id: int, snapshot: Snapshot):
     """Fetch the snapshot into one path: claim it, wait for a slot, fetch only what is missing."""
     logger = get_run_logger()
     settings, registry = runtime()
-    entry = _entry(registry, name, path_id)
+    try:
+        entry = _entry(registry, name, path_id)
+    except (NotFoundError, StopIteration):
+        return Cancelled(message=f"model {name!r} or its path #{path_id} is gone; nothing to download")
     holder = path_holder(path_id)
     target = Path(entry.path)
     try:
@@ -114,8 +117,9 @@ def download_snapshot(name: str, path_id: int, snapshot: Snapshot):
         reporter.beat(snapshot.total_bytes, force=True)
         logger.info("%s: fetched %d bytes into %s", name, fetched, target)
         return target
-    except DownloadCancelled as e:
-        registry.finish_path(name, path_id, holder, PENDING, str(e))
+    except (DownloadCancelled, NotFoundError) as e:
+        if registry.find_model(name):
+            registry.finish_path(name, path_id, holder, PENDING, str(e))
         logger.warning("%s", e)
         return Cancelled(message=str(e))
     except DownloadError as e:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prefect import task
 from prefect.artifacts import create_table_artifact
 
-from weightkeeper.registry.store import FAILED, READY
+from weightkeeper.registry.store import DELETING, FAILED, READY
 from weightkeeper.runtime import runtime
 
 
@@ -13,7 +13,11 @@ from weightkeeper.runtime import runtime
 def finish_model(name: str) -> str:
     """Ready when every path is Ready; Failed (with the reasons) when any failed; else unchanged."""
     _, registry = runtime()
-    model = registry.get_model(name)
+    model = registry.find_model(name)
+    if model is None:
+        return "Released"
+    if model.phase == DELETING:
+        return model.phase
     failed = [p for p in model.local_paths if p.status == FAILED]
     if not model.local_paths:
         model = registry.set_phase(name, FAILED, model.message or "the model has no download target")

@@ -5,17 +5,20 @@ from __future__ import annotations
 from prefect import get_run_logger, task
 
 from weightkeeper.download import RemoteFile, Snapshot, resolve_snapshot
-from weightkeeper.errors import DownloadError
+from weightkeeper.errors import DownloadError, WeightkeeperError
 from weightkeeper.layout import HfSource
 from weightkeeper.registry.store import DOWNLOADING, FAILED
 from weightkeeper.runtime import load_token, runtime
 
 
 def _transient(task, task_run, state) -> bool:
+    """Retry network trouble; not what a retry cannot fix (permanent errors, a vanished model)."""
     try:
         state.result()
     except DownloadError as e:
         return not e.permanent
+    except WeightkeeperError:
+        return False
     except Exception:  # noqa: BLE001
         return True
     return False

@@ -241,15 +241,10 @@ def immutable():
 
 def tiny_files(seed: str, shards: int = 2, shard_size: int = 64 * 1024) -> dict[str, bytes]:
     """A small model repository: safetensors shards, configs, tokenizer, plus files never fetched."""
-    import hashlib
+    import random
 
     def blob(tag: str, size: int) -> bytes:
-        out = b""
-        counter = 0
-        while len(out) < size:
-            out += hashlib.sha256(f"{seed}/{tag}/{counter}".encode()).digest()
-            counter += 1
-        return out[:size]
+        return random.Random(f"{seed}/{tag}").randbytes(size)
 
     files = {f"model-{i + 1:05d}-of-{shards:05d}.safetensors": blob(f"shard{i}", shard_size) for i in range(shards)}
     files.update({

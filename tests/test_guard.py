@@ -56,6 +56,12 @@ def test_no_volumes_means_nothing_is_removable():
         check_removable("/mnt/vol/models/x", [])
 
 
+def test_a_volume_root_nested_below_another_volumes_models_dir_is_refused():
+    rules = [VolumeRule("/mnt/vol"), VolumeRule("/mnt/vol/models/inner")]
+    with pytest.raises(UnsafePathError, match="volume root"):
+        check_removable("/mnt/vol/models/inner", rules)
+
+
 def test_innermost_volume_rules_apply():
     rules = [VolumeRule("/mnt"), VolumeRule("/mnt/inner", "weights")]
     with pytest.raises(UnsafePathError):

@@ -207,19 +207,22 @@ def test_fail_next_and_offline(hub, sha):
 
 
 def test_drop_after_is_resumed_by_http_get(hub, tmp_path):
-    # http_get writes in 10 MiB chunks (DOWNLOAD_CHUNK_SIZE): a drop mid-chunk loses that partial chunk, and the
-    # retry asks for a Range starting at the last complete chunk.
-    big = os.urandom(12 << 20)
+    # http_get writes in DOWNLOAD_CHUNK_SIZE chunks (10 MiB by default, 1 MiB once weightkeeper.download is
+    # imported): a drop mid-chunk loses that partial chunk, and the retry asks for a Range from the last whole one.
+    from huggingface_hub import constants
+
+    chunk = constants.DOWNLOAD_CHUNK_SIZE
+    big = os.urandom(chunk + chunk // 5 * 2)
     hub.add_repo(REPO, {"model.safetensors": big})
-    hub.drop_after(11 << 20, repo_id=REPO, filename="model.safetensors")
+    hub.drop_after(chunk + chunk // 5, repo_id=REPO, filename="model.safetensors")
     target = tmp_path / "dropped"
     with open(target, "wb") as f:
         http_get(resolve_url(hub, "model.safetensors"), f, expected_size=len(big))
     assert target.read_bytes() == big
     first, second = [r for r in hub.requests if r.method == "GET"]
-    assert first.bytes_sent == 11 << 20 and first.status == 200
-    assert second.range == f"bytes={10 << 20}-" and second.status == 206
-    assert second.bytes_sent == len(big) - (10 << 20)
+    assert first.bytes_sent == chunk + chunk // 5 and first.status == 200
+    assert second.range == f"bytes={chunk}-" and second.status == 206
+    assert second.bytes_sent == len(big) - chunk
     assert hub.get_count(REPO) == 2
 
 

@@ -70,6 +70,16 @@ def test_create_ready_delete_released(wk, hub):
         assert hub.get_count("acme/life", never) == 0
     assert hub.get_count("acme/life") == 2 * 5
 
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowRunFilter, FlowRunFilterName
+
+    with get_client(sync_client=True) as client:
+        (run,) = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=["ensure-life"])))
+        task_names = {t.name for t in client.read_task_runs(flow_run_filter=FlowRunFilter(id={"any_": [run.id]}))}
+        (table,) = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["paths-life"])))
+    assert {"download-life-team-a", "download-life-team-b", "record-size-life-team-a"} <= task_names
+    assert table.type == "table" and "team-b" in str(table.data)
+
     assert delete_model("life") == "Released"
     for p in model.local_paths:
         assert not os.path.lexists(p.path)
@@ -160,6 +170,9 @@ def test_gated_repo_needs_the_token_block_and_never_leaks_it(wk, hub):
     assert ensure_model("gated") == "Ready"
     assert any(r.authorization_present for r in hub.requests if r.repo_id == "acme/gated")
 
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()
     with get_client(sync_client=True) as client:
         logs = client.read_logs(LogFilter(), limit=200)
         runs = client.read_flow_runs(limit=50)
@@ -206,6 +219,31 @@ def test_live_models_directory_is_kept(wk, hub):
     assert not os.path.exists(second["team-b"].path)
 
 
+def test_directory_another_live_model_owns_is_kept_even_if_both_claim_it(wk, hub):
+    """Defence in depth: even if the registry said two models own one directory, the live one keeps it."""
+    from sqlalchemy import update
+
+    from weightkeeper.registry.schema import LocalPathRow
+
+    hub.add_repo("acme/both", tiny_files("both"))
+    wk.declare("keeper", "hf://acme/both", workspaces=["team-a"])
+    assert ensure_model("keeper") == "Ready"
+    other = wk.declare("other", "hf://acme/both", workspaces=["team-a", "team-b"])
+    with wk.registry.engine.begin() as conn:
+        conn.execute(update(LocalPathRow).where(LocalPathRow.id == other.local_paths[0].id).values(owned=True))
+    assert delete_model("other") == "Released"
+    assert fetched_files(wk.registry.get_model("keeper").local_paths[0].path)
+
+
+def test_files_the_model_never_put_down_are_untouched(wk, hub):
+    model = wk.declare("never-ran", "hf://acme/never-ran", workspaces=["team-a"])
+    path = Path(model.local_paths[0].path)
+    path.mkdir(parents=True)
+    (path / "someone-elses.safetensors").write_bytes(b"precious")
+    assert delete_model("never-ran") == "Released"
+    assert (path / "someone-elses.safetensors").read_bytes() == b"precious"
+
+
 def test_pending_model_waits_for_a_deleting_models_path(wk, hub, immutable):
     hub.add_repo("acme/handover", tiny_files("handover"))
     wk.declare("old", "hf://acme/handover", workspaces=["team-a"])
@@ -246,6 +284,20 @@ def test_delete_stops_a_running_download_first(wk, hub):
         assert not os.path.lexists(path)
     finally:
         hub.set_throttle(None, repo_id="acme/slow")
+
+
+def test_download_timeout_fails_the_path_and_keeps_the_partial_files(wk, hub):
+    wk.rewrite(hf_endpoint=hub.url, download_timeout_seconds=1)
+    hub.add_repo("acme/timeout", tiny_files("timeout", shards=1, shard_size=4 * 1024 * 1024))
+    hub.set_throttle(1024 * 1024, repo_id="acme/timeout")
+    try:
+        wk.declare("timeout", "hf://acme/timeout", workspaces=["team-a"])
+        assert ensure_model("timeout") == "Failed"
+    finally:
+        hub.set_throttle(None, repo_id="acme/timeout")
+    model = wk.registry.get_model("timeout")
+    assert "exceeded its timeout" in model.message
+    assert any(Path(model.local_paths[0].path, PARTIAL_DIR).rglob("*.part"))
 
 
 def test_private_workspace_without_volume_fails_the_model(wk, hub):

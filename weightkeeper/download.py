@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 import httpx2
-from huggingface_hub import HfApi, hf_hub_url
+from huggingface_hub import HfApi, constants, hf_hub_url
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
@@ -31,9 +31,13 @@ from huggingface_hub.errors import (
 from huggingface_hub.file_download import http_get
 from huggingface_hub.utils import build_hf_headers
 
-from weightkeeper.errors import DownloadError
+from weightkeeper.errors import DownloadError, WeightkeeperError
 from weightkeeper.layout import SEGMENT, HfSource
 from weightkeeper.planning import select_files
+
+# `http_get` writes in chunks of this size: 1 MiB (instead of 10) bounds what a killed run loses per
+# file and how late a heartbeat, a cancellation or the timeout is noticed.
+constants.DOWNLOAD_CHUNK_SIZE = 1 << 20
 
 CACHE_DIR = ".cache"
 PARTIAL_DIR = f"{CACHE_DIR}/weightkeeper"
@@ -190,13 +194,15 @@ def _fetch_file(source: HfSource, commit: str, endpoint: str | None, headers: di
         try:
             http_get(url, writer, resume_size=resume, headers=headers, expected_size=remote.size,  # type: ignore[arg-type]
                      displayed_filename=remote.path)
-        except DownloadError:
+        except WeightkeeperError:
             raise
         except Exception as e:  # noqa: BLE001
             raise hub_error(e, source, endpoint) from None
         ok = writer.matches()
     if not ok:
         part.unlink(missing_ok=True)
+        if resume:  # the partial file was bad: start this file over once, right away
+            return _fetch_file(source, commit, endpoint, headers, target, remote, on_bytes)
         raise DownloadError(f"{remote.path} of {source.repo_id}@{commit[:12]} arrived corrupted (checksum mismatch); "
                             "the partial file was dropped and the file will be fetched again")
     os.replace(part, dest)
@@ -226,7 +232,7 @@ def fetch_snapshot(source: HfSource, snapshot: Snapshot, target: Path, endpoint:
             done = present[0]
         if time.monotonic() > deadline:
             raise DownloadError(f"download of {source.repo_id} into {target} exceeded its timeout; "
-                                "it will resume from the partial files on the next run")
+                                "`weightkeeper model ensure` resumes it from the partial files", permanent=True)
         on_progress(done)
 
     on_progress(present[0])
