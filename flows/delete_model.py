@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 
-from tasks.cleanup import clean_path, release_model, stop_downloads
+from tasks.cleanup import clean_path, collect_shared_copy, release_model, stop_downloads
 from tasks.report import publish_paths
 from weightkeeper.runtime import runtime
 
@@ -18,7 +18,8 @@ def cleanup_delays(first: float, cap: float, retries: int = CLEANUP_RETRIES) -> 
 
 @flow(name="delete-model", flow_run_name="delete-{name}")
 def delete_model(name: str) -> str:
-    """Mark Deleting, stop downloads, clean each path (guarded, retried), release. Never releases early."""
+    """Mark Deleting, stop downloads, clean each path (guarded, retried), collect shared copies no one
+    uses any more, release. Never releases early."""
     logger = get_run_logger()
     settings, registry = runtime()
     model = registry.find_model(name)
@@ -29,10 +30,12 @@ def delete_model(name: str) -> str:
     stop_downloads(name)
     cleaner = clean_path.with_options(retries=CLEANUP_RETRIES, retry_delay_seconds=cleanup_delays(
         settings.cleanup_retry_seconds, settings.cleanup_retry_max_seconds))
-    futures = [cleaner.with_options(task_run_name=f"clean-{name}-{p.workspace}").submit(name, p.id)
-               for p in registry.get_model(name).local_paths]
+    paths = registry.get_model(name).local_paths
+    futures = [cleaner.with_options(task_run_name=f"clean-{name}-{p.workspace}").submit(name, p.id) for p in paths]
     for future in futures:
         future.result()
+    for artifact_id in sorted({p.artifact_id for p in paths if p.artifact_id}):
+        collect_shared_copy(artifact_id)
     release_model(name)
     publish_paths(name)
     return "Released"

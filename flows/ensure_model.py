@@ -7,7 +7,7 @@ from prefect import flow, get_run_logger
 from tasks.download import download_snapshot, record_size
 from tasks.report import finish_model, publish_paths
 from tasks.snapshot import resolve_revision
-from weightkeeper.registry.store import DELETING, FAILED
+from weightkeeper.registry.common import DELETING, FAILED
 from weightkeeper.runtime import ensure_download_limit, runtime
 
 

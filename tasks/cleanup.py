@@ -7,16 +7,18 @@ import signal
 import socket
 import time
 from datetime import timedelta
+from pathlib import Path
 
 from prefect import get_run_logger, task
 
+from tasks.download import path_holder
 from weightkeeper.errors import CleanupError, UnsafePathError
 from weightkeeper.fsops import remove_model_path
+from weightkeeper.sharing import links_into, unmark_ready
 from weightkeeper.guard import check_removable
 from weightkeeper.registry import Holder, LocalPath
-from weightkeeper.registry.store import CLEANING, process_start_time, utcnow
+from weightkeeper.registry.common import CLEANING, process_start_time, utcnow
 from weightkeeper.runtime import runtime
-from tasks.download import path_holder
 
 STOP_POLL_SECONDS = 1.0
 TERM_GRACE_SECONDS = 10.0
@@ -95,6 +97,10 @@ def clean_path(name: str, path_id: int) -> str:
             registry.remove_path(name, path_id)
             logger.info("%s: %s was never downloaded by this model; entry dropped, files untouched", name, entry.path)
             return "not-owned"
+        if registry.get_model(name).keep_files:
+            registry.remove_path(name, path_id)
+            logger.info("%s: %s kept in place: the model was created with keep_files", name, entry.path)
+            return "reserved"
         other = registry.path_in_use_elsewhere(name, path_id)
         if other:
             registry.remove_path(name, path_id)
@@ -121,3 +127,33 @@ def release_model(name: str) -> None:
         left = [p.path for p in registry.get_model(name).local_paths]
         raise CleanupError(f"model {name!r} still has paths {left}; it is kept")
     get_run_logger().info("%s released", name)
+
+
+@task(name="collect-shared-copy")
+def collect_shared_copy(artifact_id: int) -> str:
+    """Delete a shared copy once no model references it and no link under the models root points into it."""
+    logger = get_run_logger()
+    settings, registry = runtime()
+    artifact = registry.get_artifact(artifact_id)
+    if artifact is None:
+        return "gone"
+    if artifact.users:
+        return "in use"
+    holder = Holder.here(f"collect/{artifact_id}")
+    if not registry.claim_artifact(artifact_id, holder, settings.lease_seconds):
+        return "busy"
+    try:
+        links = links_into(str(Path(artifact.path).parents[2]), artifact.path)
+        if registry.get_artifact(artifact_id).users or links:
+            registry.set_artifact(artifact_id, holder, artifact.state, f"kept: linked from {', '.join(links)}"
+                                  if links else "kept: in use", release=True)
+            logger.info("shared copy %s kept: %s", artifact.path, ", ".join(links) or "in use")
+            return "linked"
+        unmark_ready(artifact.path)
+        remove_model_path(artifact.path, settings.volume_rules, artifact=True)
+    except (CleanupError, UnsafePathError) as e:
+        registry.set_artifact(artifact_id, holder, artifact.state, f"cannot collect: {e}", release=True)
+        raise
+    registry.delete_artifact(artifact_id)
+    logger.info("shared copy %s deleted: no model uses it", artifact.path)
+    return "collected"

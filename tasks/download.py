@@ -1,8 +1,10 @@
-"""Download a model's snapshot into one workspace path, and record its size."""
+"""Download a model's snapshot into one workspace path (or link it to the shared copy), record its size."""
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from prefect import get_run_logger, task
@@ -10,14 +12,18 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.runtime import flow_run, task_run
 from prefect.states import Cancelled
 
+from tasks.snapshot import _transient
+from weightkeeper.config import Settings
 from weightkeeper.download import Snapshot, fetch_snapshot
 from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError
 from weightkeeper.fsops import directory_size
-from weightkeeper.layout import HfSource
-from weightkeeper.registry import Holder, LocalPath, Registry
-from weightkeeper.registry.store import DOWNLOADING, FAILED, PENDING, READY, WAITING
+from weightkeeper.layout import REUSE_IF_EXISTS, HfSource, artifact_path, link_target, sharing_problem
+from weightkeeper.registry import Holder, LocalPath, Model, Registry
+from weightkeeper.registry.artifacts import A_DOWNLOADING, A_PENDING, A_READY
+from weightkeeper.registry.common import DOWNLOADING, FAILED, PENDING, READY, WAITING
 from weightkeeper.runtime import download_slot, load_token, runtime
-from tasks.snapshot import _transient
+from weightkeeper.sharing import adoption_problem, discard, file_lock, is_ready, lock_path, make_link, mark_ready
+from weightkeeper.verify import verify_copy
 
 WAIT_POLL_SECONDS = 2.0
 HEARTBEAT_SECONDS = 1.0
@@ -58,35 +64,109 @@ def _claim(registry: Registry, name: str, entry: LocalPath, holder: Holder, leas
         time.sleep(WAIT_POLL_SECONDS)
 
 
-class _Reporter:
-    """Heartbeat, progress and cancellation, throttled: called on every chunk from many threads."""
+class Reporter:
+    """Heartbeat, progress and cancellation, throttled: called on every chunk from many threads.
+    `also` renews a second lease (a shared copy's) with the path's."""
 
     def __init__(self, registry: Registry, name: str, entry: LocalPath, holder: Holder, total: int):
         self.registry, self.name, self.entry, self.holder, self.total = registry, name, entry, holder, total
+        self.also: Callable[[], bool] | None = None
         self.last_beat = self.last_artifact = 0.0
-        self.cancelled = False
+        self.stopped: str | None = None
         self.artifact = create_progress_artifact(
             progress=0.0, key=f"progress-{name}-{entry.workspace}"[:100],
             description=f"Download of {name} into {entry.path}")
 
     def beat(self, done: int | None = None, message: str | None = None, force: bool = False) -> None:
         now = time.monotonic()
-        if self.cancelled:
-            raise DownloadCancelled(f"model {self.name!r} is being deleted; download into {self.entry.path} stopped")
+        if self.stopped:
+            raise DownloadCancelled(self.stopped)
         if not force and now - self.last_beat < HEARTBEAT_SECONDS:
             return
         self.last_beat = now
         if not self.registry.heartbeat(self.name, self.entry.id, self.holder, done, self.total, message):
-            self.cancelled = True
-            raise DownloadCancelled(f"model {self.name!r} is being deleted; download into {self.entry.path} stopped")
+            self.stopped = f"model {self.name!r} is being deleted; download into {self.entry.path} stopped"
+        elif self.also and not self.also():
+            self.stopped = f"another run took over the shared copy for {self.entry.path}"
+        if self.stopped:
+            raise DownloadCancelled(self.stopped)
         if done is not None and (force or now - self.last_artifact >= ARTIFACT_SECONDS) and self.artifact:
             self.last_artifact = now
             update_progress_artifact(self.artifact, progress=100.0 * done / max(self.total, 1))
 
 
+def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: Snapshot, target: Path,
+               reporter: Reporter) -> int:
+    """Fetch what is missing in `target`, holding a download slot while bytes flow; returns bytes fetched."""
+    logger = get_run_logger()
+    missing = _missing(snapshot, target)
+    if not missing:
+        logger.info("%s: all %d files already in %s; nothing to download", model.name, len(snapshot.files), target)
+        return 0
+    logger.info("%s: %d of %d files to fetch into %s", model.name, len(missing), len(snapshot.files), target)
+
+    def on_wait(in_use: int, limit: int) -> None:
+        reporter.beat(message=f"Waiting for a download slot ({in_use}/{limit} in use)", force=True)
+
+    with download_slot(settings, on_wait):
+        registry.set_path_message(model.name, reporter.entry.id, DOWNLOADING,
+                                  f"downloading {snapshot.repo_id}@{snapshot.commit[:12]} into {target}")
+        deadline = time.monotonic() + settings.download_timeout_seconds
+        fetched = fetch_snapshot(HfSource(model.repo_id, snapshot.commit), snapshot, target, settings.hf_endpoint,
+                                 load_token(model.token_block), reporter.beat, deadline)
+    reporter.beat(snapshot.total_bytes, force=True)
+    logger.info("%s: fetched %d bytes into %s", model.name, fetched, target)
+    return fetched
+
+
+def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry: LocalPath,
+                     snapshot: Snapshot, reporter: Reporter) -> None:
+    """Link the entry's path to the verified shared copy of the snapshot on its volume, downloading
+    the copy first if needed. Everything happens under the copy's lease (registry) and file lock
+    (volume), so exactly one run downloads it and garbage collection never races a new link."""
+    ws = settings.workspace(entry.workspace)
+    path = artifact_path(ws.volume, snapshot.repo_id, snapshot.commit, ws.models_dir)
+    files = [f.to_json() for f in snapshot.files]
+    while True:
+        artifact = registry.artifact_for(snapshot.repo_id, snapshot.commit, entry.cluster, ws.volume, path, files)
+        holder = Holder.here(f"artifact/{flow_run.id or 'local'}/{artifact.id}")
+        try:
+            if registry.claim_artifact(artifact.id, holder, settings.lease_seconds):
+                break
+        except NotFoundError:  # collected meanwhile: record it again
+            continue
+        reporter.beat(message=f"Waiting for run {artifact.holder} working on the shared copy {path}", force=True)
+        time.sleep(WAIT_POLL_SECONDS)
+    state, message = A_PENDING, "download interrupted"
+    try:
+        reporter.also = lambda: registry.heartbeat_artifact(artifact.id, holder)
+        with file_lock(lock_path(path), on_wait=lambda: reporter.beat(
+                message=f"Waiting for the lock on the shared copy {path}", force=True)):
+            if not is_ready(path, snapshot.commit):
+                registry.set_artifact(artifact.id, holder, A_DOWNLOADING, f"downloading for model {model.name!r}")
+                fetch_into(settings, registry, model, snapshot, Path(path), reporter)
+                problems = verify_copy(path, snapshot.files, deep=True, workers=settings.verify_workers)
+                for problem in problems:
+                    discard(path, problem.path)
+                if problems:
+                    raise DownloadError(f"shared copy {path} failed verification ({problems[0]}); refetching")
+                mark_ready(path, snapshot.commit)
+                registry.set_artifact(artifact.id, holder, A_DOWNLOADING, "verified", size_bytes=directory_size(path),
+                                      verified=True)
+                get_run_logger().info("%s: shared copy %s downloaded and verified", model.name, path)
+            if os.path.isdir(entry.path) and not os.path.islink(entry.path):
+                os.rmdir(entry.path)  # an empty directory left by an earlier run becomes the link
+            make_link(entry.path, link_target(entry.path, path))
+            registry.link_path(model.name, entry.id, artifact.id)
+            state, message = A_READY, "verified"
+    finally:
+        reporter.also = None
+        registry.set_artifact(artifact.id, holder, state, message, release=True)
+
+
 @task(name="download-snapshot", retries=2, retry_delay_seconds=[10, 30], retry_condition_fn=_transient)
 def download_snapshot(name: str, path_id: int, snapshot: Snapshot):
-    """Fetch the snapshot into one path: claim it, wait for a slot, fetch only what is missing."""
+    """Fill one path: claim it, then fetch an own copy, or link it to the shared copy (reuse-if-exists)."""
     logger = get_run_logger()
     settings, registry = runtime()
     try:
@@ -96,26 +176,23 @@ def download_snapshot(name: str, path_id: int, snapshot: Snapshot):
     holder = path_holder(path_id)
     target = Path(entry.path)
     try:
+        model = registry.get_model(name)
+        ws = settings.workspace(entry.workspace)
+        if model.download_policy == REUSE_IF_EXISTS and (problem := sharing_problem(entry.path, ws.volume, ws.models_dir)):
+            raise DownloadError(f"{problem}; use always-download or a path inside the models root", permanent=True)
         _claim(registry, name, entry, holder, settings.lease_seconds)
-        reporter = _Reporter(registry, name, entry, holder, snapshot.total_bytes)
-        missing = _missing(snapshot, target)
-        if not missing:
-            logger.info("%s: all %d files already in %s; nothing to download", name, len(snapshot.files), target)
-            return target
-        logger.info("%s: %d of %d files to fetch into %s", name, len(missing), len(snapshot.files), target)
-
-        def on_wait(in_use: int, limit: int) -> None:
-            reporter.beat(message=f"Waiting for a download slot ({in_use}/{limit} in use)", force=True)
-
-        with download_slot(settings, on_wait):
-            registry.set_path_message(name, path_id, DOWNLOADING,
-                                      f"downloading {snapshot.repo_id}@{snapshot.commit[:12]}")
-            model = registry.get_model(name)
-            deadline = time.monotonic() + settings.download_timeout_seconds
-            fetched = fetch_snapshot(HfSource(model.repo_id, snapshot.commit), snapshot, target,
-                                     settings.hf_endpoint, load_token(model.token_block), reporter.beat, deadline)
-        reporter.beat(snapshot.total_bytes, force=True)
-        logger.info("%s: fetched %d bytes into %s", name, fetched, target)
+        reporter = Reporter(registry, name, entry, holder, snapshot.total_bytes)
+        sharing = model.download_policy == REUSE_IF_EXISTS
+        shared = artifact_path(ws.volume, snapshot.repo_id, snapshot.commit, ws.models_dir)
+        refusal = adoption_problem(entry.path, shared) if sharing else None
+        if sharing and refusal is None:
+            link_shared_copy(settings, registry, model, entry, snapshot, reporter)
+            logger.info("%s: %s links to the shared copy %s", name, target, shared)
+        else:
+            if refusal:
+                logger.warning("%s: %s", name, refusal)
+                registry.heartbeat(name, path_id, holder, message=refusal)
+            fetch_into(settings, registry, model, snapshot, target, reporter)
         return target
     except (DownloadCancelled, NotFoundError) as e:
         if registry.find_model(name):
@@ -136,11 +213,10 @@ def download_snapshot(name: str, path_id: int, snapshot: Snapshot):
 
 @task(name="record-size")
 def record_size(name: str, path_id: int) -> int:
-    """Measure the path (without its cache) and mark it Ready."""
+    """Measure the path (without its cache; a link counts its shared copy) and mark it Ready."""
     _, registry = runtime()
     entry = _entry(registry, name, path_id)
     size = directory_size(entry.path)
     registry.finish_path(name, path_id, path_holder(path_id), READY, f"{size} bytes", size)
     get_run_logger().info("%s: %s is Ready, %d bytes", name, entry.path, size)
     return size
-

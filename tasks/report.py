@@ -5,7 +5,7 @@ from __future__ import annotations
 from prefect import task
 from prefect.artifacts import create_table_artifact
 
-from weightkeeper.registry.store import DELETING, FAILED, READY
+from weightkeeper.registry.common import DELETING, FAILED, READY
 from weightkeeper.runtime import runtime
 
 

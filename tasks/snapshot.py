@@ -7,7 +7,7 @@ from prefect import get_run_logger, task
 from weightkeeper.download import RemoteFile, Snapshot, resolve_snapshot
 from weightkeeper.errors import DownloadError, WeightkeeperError
 from weightkeeper.layout import HfSource
-from weightkeeper.registry.store import DOWNLOADING, FAILED
+from weightkeeper.registry.common import DOWNLOADING, FAILED
 from weightkeeper.runtime import load_token, runtime
 
 

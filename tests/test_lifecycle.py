@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import expected_size, tiny_files
+
 from flows.delete_model import delete_model
 from flows.ensure_model import ensure_model
 from weightkeeper.download import PARTIAL_DIR

@@ -50,7 +50,7 @@ def parallel(n: int, fn) -> list:
 
 def test_migrations_are_idempotent_and_at_head(registry):
     with registry.engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0001"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
     from weightkeeper.registry.store import _migrate
 
     _migrate(registry.engine)

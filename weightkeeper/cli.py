@@ -20,7 +20,7 @@ from rich.table import Table
 from weightkeeper.config import Settings, load_settings
 from weightkeeper.errors import ConflictError, InvalidInputError, NotFoundError, WeightkeeperError
 from weightkeeper.registry import Model, Registry
-from weightkeeper.registry.store import DELETING, READY
+from weightkeeper.registry.common import DELETING, READY
 from weightkeeper.service import declare_model, registry_for
 
 console = Console()
@@ -138,7 +138,8 @@ def cmd_model_create(args, settings: Settings) -> int:
     registry = registry_for(settings)
     model = declare_model(settings, registry, name=args.name, source=args.source, owner_name=getpass.getuser(),
                           owner_uid=os.getuid(), workspaces=args.workspace, subpath=args.subpath,
-                          token_block=args.token_block)
+                          token_block=args.token_block, download_policy=args.download_policy,
+                          keep_files=args.keep_files)
     console.print(f"model {model.name} declared: {model.source} -> "
                   + (", ".join(p.path for p in model.local_paths) or "no path"))
     return _launch(args, settings, registry, "ensure-model", model.name)
@@ -218,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workspace", action="append", help="target workspace (repeat; default: all public)")
     p.add_argument("--subpath", help="directory below the volume root")
     p.add_argument("--token-block", help="Prefect Secret block holding the Hugging Face token")
+    p.add_argument("--download-policy", choices=["always-download", "reuse-if-exists"], default="always-download",
+                   help="reuse-if-exists: link to one shared copy per volume instead of a copy per model")
+    p.add_argument("--keep-files", action="store_true", help="on deletion keep the files (or the link) in place")
     p.add_argument("--wait", action="store_true", help="run here and show progress until Ready or Failed")
     p.set_defaults(func=cmd_model_create)
     p = model.add_parser("ensure", help="run ensure-model again (idempotent: only what is missing is fetched)")

@@ -63,6 +63,9 @@ class Settings:
     cleanup_retry_seconds: float = 30
     cleanup_retry_max_seconds: float = 600
     stop_timeout_seconds: float = 600
+    verify_interval_seconds: float = 86400
+    hub_unreachable_seconds: float = 1800
+    verify_workers: int = 4
     config_path: Path | None = field(default=None, compare=False)
 
     def workspace(self, name: str) -> Workspace | None:
@@ -129,7 +132,8 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
         raise ConfigError(f"config file {config_path} does not exist")
     where = str(config_path)
     known = {"workspaces", "max_concurrent_downloads", "download_timeout_seconds", "hf_endpoint", "registry_url",
-             "home", "lease_seconds", "cleanup_retry_seconds", "cleanup_retry_max_seconds", "stop_timeout_seconds"}
+             "home", "lease_seconds", "cleanup_retry_seconds", "cleanup_retry_max_seconds", "stop_timeout_seconds",
+             "verify_interval_seconds", "hub_unreachable_seconds", "verify_workers"}
     if set(raw) - known:
         raise ConfigError(f"{where}: unknown settings {sorted(set(raw) - known)}")
     home = Path(raw.get("home", home))
@@ -152,5 +156,8 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
         cleanup_retry_seconds=float(raw.get("cleanup_retry_seconds", 30)),
         cleanup_retry_max_seconds=float(raw.get("cleanup_retry_max_seconds", 600)),
         stop_timeout_seconds=float(raw.get("stop_timeout_seconds", 600)),
+        verify_interval_seconds=float(raw.get("verify_interval_seconds", 86400)),
+        hub_unreachable_seconds=float(raw.get("hub_unreachable_seconds", 1800)),
+        verify_workers=_int(raw, "verify_workers", 4, where),
         config_path=config_path if config_path.exists() else None,
     )

@@ -125,24 +125,30 @@ def resolve_snapshot(source: HfSource, endpoint: str | None, token: str | None) 
     return Snapshot(source.repo_id, info.sha, tuple(files))
 
 
+def file_hasher(remote: RemoteFile):
+    """sha256 for LFS files; the git blob sha1 (`blob <size>\\0` + content) for the others."""
+    if remote.sha256:
+        return hashlib.sha256()
+    h = hashlib.sha1()
+    h.update(b"blob %d\0" % remote.size)
+    return h
+
+
+def expected_digest(remote: RemoteFile) -> str:
+    return remote.sha256 or remote.blob_id
+
+
 class _HashingWriter:
     """The file object `http_get` writes to: hashes and counts what it writes."""
 
     def __init__(self, f: BinaryIO, expected: RemoteFile, resume: int, on_bytes: Callable[[int], None]):
         self._f, self._expected, self._on_bytes = f, expected, on_bytes
-        self._hash = self._new_hash()
+        self._hash = file_hasher(expected)
         if resume:
             f.seek(0)
             while chunk := f.read(8 << 20):
                 self._hash.update(chunk)
         f.seek(resume)
-
-    def _new_hash(self):
-        if self._expected.sha256:
-            return hashlib.sha256()
-        h = hashlib.sha1()
-        h.update(b"blob %d\0" % self._expected.size)
-        return h
 
     def write(self, chunk: bytes) -> int:
         self._hash.update(chunk)
@@ -161,12 +167,11 @@ class _HashingWriter:
         n = self._f.truncate(size)
         if self._f.tell() != 0:
             raise DownloadError(f"cannot restart {self._expected.path} from offset {self._f.tell()}")
-        self._hash = self._new_hash()
+        self._hash = file_hasher(self._expected)
         return n
 
     def matches(self) -> bool:
-        digest = self._hash.hexdigest()
-        return digest == (self._expected.sha256 or self._expected.blob_id)
+        return self._hash.hexdigest() == expected_digest(self._expected)
 
 
 def _fetch_file(source: HfSource, commit: str, endpoint: str | None, headers: dict, target: Path,

@@ -37,19 +37,20 @@ def _check_parents(path: str, volume: VolumeRule) -> None:
                               "is a symlink")
 
 
-def remove_model_path(path: str, volumes: Iterable[VolumeRule]) -> bool:
+def remove_model_path(path: str, volumes: Iterable[VolumeRule], artifact: bool = False) -> bool:
     """Remove a model directory (or the link at its path). Returns False when nothing was there.
 
+    `artifact=True` is for garbage collection of a shared copy and allows nothing else.
     Checks the guard, then that no parent is a symlink, then removes without following links
     (`shutil.rmtree` uses the fd-based walk on Linux; a link at `path` is unlinked, not followed).
     """
-    volume = check_removable(path, volumes)
+    volume = check_removable(path, volumes, artifact)
     _check_parents(path, volume)
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return False
-    check_removable(path, [volume])  # once more, just before removal
+    check_removable(path, [volume], artifact)  # once more, just before removal
     try:
         if stat.S_ISDIR(mode):
             if not shutil.rmtree.avoids_symlink_attacks:

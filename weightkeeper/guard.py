@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from weightkeeper.errors import UnsafePathError
-from weightkeeper.layout import SEGMENT
+from weightkeeper.layout import ARTIFACTS_DIR, COMMIT, SEGMENT
 
 
 @dataclass(frozen=True)
@@ -27,8 +27,12 @@ def _refuse(path: object, why: str) -> UnsafePathError:
     return UnsafePathError(f"refusing to remove {path!r}: {why}")
 
 
-def check_removable(path: object, volumes: Iterable[VolumeRule]) -> VolumeRule:
-    """Return the volume that contains `path`, or raise `UnsafePathError` saying why not."""
+def check_removable(path: object, volumes: Iterable[VolumeRule], artifact: bool = False) -> VolumeRule:
+    """Return the volume that contains `path`, or raise `UnsafePathError` saying why not.
+
+    Shared copies (`<models>/_artifacts/<dir>/<commit>`) are removable only with `artifact=True`
+    (garbage collection), and then nothing else is.
+    """
     if not isinstance(path, str) or not path:
         raise _refuse(path, "not a path")
     if "\x00" in path:
@@ -51,5 +55,11 @@ def check_removable(path: object, volumes: Iterable[VolumeRule]) -> VolumeRule:
         below = segments.index(volume.models_dir) if volume.models_dir in segments else -1
         if below < 0 or below == len(segments) - 1:
             raise _refuse(path, f"not below a {volume.models_dir!r} directory of volume {volume.root}")
+        exact = (len(segments) == 4 and segments[0] == volume.models_dir and segments[1] == ARTIFACTS_DIR
+                 and COMMIT.fullmatch(segments[3]))
+        if artifact and not exact:
+            raise _refuse(path, f"not a shared copy <{volume.models_dir}>/{ARTIFACTS_DIR}/<repo>/<commit>")
+        if ARTIFACTS_DIR in segments and not artifact:
+            raise _refuse(path, f"it is inside {ARTIFACTS_DIR}; only garbage collection removes shared copies")
         return volume
     raise _refuse(path, "not inside any declared workspace volume")

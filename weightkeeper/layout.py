@@ -12,6 +12,9 @@ SEGMENT = re.compile(r"[A-Za-z0-9._-]+")
 COMMIT = re.compile(r"[0-9a-f]{40}")
 MODEL_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 DEFAULT_REVISION = "main"
+ARTIFACTS_DIR = "_artifacts"
+ALWAYS_DOWNLOAD, REUSE_IF_EXISTS = "always-download", "reuse-if-exists"
+DOWNLOAD_POLICIES = (ALWAYS_DOWNLOAD, REUSE_IF_EXISTS)
 
 
 @dataclass(frozen=True)
@@ -104,4 +107,37 @@ def model_path(volume: str, repo_id: str, subpath: str | None = None, models_dir
         parent = posixpath.join(parent, subpath)
     if not subpath or models_dir not in subpath.split("/"):
         parent = posixpath.join(parent, models_dir)
+    if repo_dir_name(repo_id) == ARTIFACTS_DIR:
+        raise InvalidInputError(f"repository {repo_id!r} maps to {ARTIFACTS_DIR!r}, the directory of shared copies")
     return posixpath.join(parent, repo_dir_name(repo_id))
+
+
+def validate_policy(policy: str | None) -> str:
+    policy = policy or ALWAYS_DOWNLOAD
+    if policy not in DOWNLOAD_POLICIES:
+        raise InvalidInputError(f"invalid download policy {policy!r}: use {' or '.join(DOWNLOAD_POLICIES)}")
+    return policy
+
+
+def models_root(volume: str, models_dir: str = "models") -> str:
+    return posixpath.join(volume, models_dir)
+
+
+def artifact_path(volume: str, repo_id: str, commit: str, models_dir: str = "models") -> str:
+    """Where the one shared copy of a snapshot lives on a volume."""
+    return posixpath.join(models_root(volume, models_dir), ARTIFACTS_DIR, repo_dir_name(repo_id), commit)
+
+
+def sharing_problem(path: str, volume: str, models_dir: str = "models") -> str | None:
+    """Why `path` cannot link to a shared copy (None when it can): it must sit inside the models root."""
+    root = models_root(volume, models_dir)
+    if not path.startswith(root + "/"):
+        return f"{path} is outside the models root {root}; shared models must live inside it"
+    if path[len(root) + 1 :].split("/")[0] == ARTIFACTS_DIR:
+        return f"{path} is inside {root}/{ARTIFACTS_DIR}, which holds the shared copies"
+    return None
+
+
+def link_target(path: str, artifact: str) -> str:
+    """The relative symlink target from a model path to its shared copy."""
+    return posixpath.relpath(artifact, posixpath.dirname(path))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from weightkeeper.config import Settings
 from weightkeeper.errors import InvalidInputError
-from weightkeeper.layout import parse_source, validate_model_name, validate_subpath
+from weightkeeper.layout import parse_source, validate_model_name, validate_policy, validate_subpath
 from weightkeeper.planning import plan_paths
 from weightkeeper.registry import Model, ModelSpec, Registry, open_registry
 
@@ -15,11 +15,13 @@ def registry_for(settings: Settings) -> Registry:
 
 def declare_model(settings: Settings, registry: Registry, *, name: str, source: str, owner_name: str,
                   owner_uid: int, workspaces: list[str] | None = None, subpath: str | None = None,
-                  token_block: str | None = None) -> Model:
+                  token_block: str | None = None, download_policy: str | None = None,
+                  keep_files: bool = False) -> Model:
     """Validate a declaration, plan its paths and record it Pending."""
     validate_model_name(name)
     parsed = parse_source(source)
     subpath = validate_subpath(subpath)
+    download_policy = validate_policy(download_policy)
     if token_block is not None and not token_block.strip():
         raise InvalidInputError("--token-block needs the name of a Prefect Secret block")
     if not settings.workspaces:
@@ -28,5 +30,6 @@ def declare_model(settings: Settings, registry: Registry, *, name: str, source: 
     plan = plan_paths(settings.workspaces, parsed.repo_id, owner_name, workspaces or None, subpath)
     spec = ModelSpec(name=name, owner_name=owner_name, owner_uid=owner_uid, source=parsed.uri,
                      repo_id=parsed.repo_id, revision=parsed.revision, token_block=token_block,
-                     targets=list(workspaces) if workspaces else None, subpath=subpath)
+                     targets=list(workspaces) if workspaces else None, subpath=subpath,
+                     download_policy=download_policy, keep_files=keep_files)
     return registry.create_model(spec, plan)

@@ -12,6 +12,16 @@ class Base(DeclarativeBase):
     pass
 
 
+class Leased:
+    """A lease: who works on the row, renewed by heartbeats; a stale lease may be taken over."""
+
+    holder: Mapped[str | None] = mapped_column(String(255))
+    holder_host: Mapped[str | None] = mapped_column(String(255))
+    holder_pid: Mapped[int | None] = mapped_column(Integer)
+    holder_started: Mapped[float | None] = mapped_column(Float)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
 class ModelRow(Base):
     __tablename__ = "models"
 
@@ -33,13 +43,15 @@ class ModelRow(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     deletion_time: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     cleanup_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    download_policy: Mapped[str] = mapped_column(String(32), default="always-download")
+    keep_files: Mapped[bool] = mapped_column(Boolean, default=False)
 
     paths: Mapped[list[LocalPathRow]] = relationship(
         back_populates="model", cascade="all, delete-orphan", order_by="LocalPathRow.id"
     )
 
 
-class LocalPathRow(Base):
+class LocalPathRow(Leased, Base):
     __tablename__ = "local_paths"
     __table_args__ = (UniqueConstraint("model_id", "cluster", "path"),)
 
@@ -54,11 +66,30 @@ class LocalPathRow(Base):
     bytes_done: Mapped[int] = mapped_column(BigInteger, default=0)
     bytes_total: Mapped[int] = mapped_column(BigInteger, default=0)
     owned: Mapped[bool] = mapped_column(Boolean, default=False)  # this entry put files at the path
-    holder: Mapped[str | None] = mapped_column(String(255))
-    holder_host: Mapped[str | None] = mapped_column(String(255))
-    holder_pid: Mapped[int | None] = mapped_column(Integer)
-    holder_started: Mapped[float | None] = mapped_column(Float)
-    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    artifact_id: Mapped[int | None] = mapped_column(ForeignKey("artifacts.id"), index=True)  # a link to a shared copy
+    verified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # last full hash of an own copy
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
     model: Mapped[ModelRow] = relationship(back_populates="paths")
+
+
+class ArtifactRow(Leased, Base):
+    """One shared copy of a snapshot on one volume: `<models root>/_artifacts/<owner>--<name>/<commit>`."""
+
+    __tablename__ = "artifacts"
+    __table_args__ = (UniqueConstraint("cluster", "path"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo_id: Mapped[str] = mapped_column(String(255))
+    commit: Mapped[str] = mapped_column(String(40))
+    cluster: Mapped[str] = mapped_column(String(255))
+    volume: Mapped[str] = mapped_column(Text)
+    path: Mapped[str] = mapped_column(Text)
+    files: Mapped[list] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16))
+    message: Mapped[str] = mapped_column(Text, default="")
+    size_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    verified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    unreachable_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

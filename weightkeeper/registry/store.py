@@ -7,13 +7,11 @@ other models' paths, take one advisory lock so two of them never decide on stale
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from alembic import command
@@ -24,46 +22,20 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from weightkeeper.errors import ConflictError, NotFoundError
+from weightkeeper.layout import REUSE_IF_EXISTS
 from weightkeeper.planning import Plan, path_decision
+from weightkeeper.registry.artifacts import ArtifactOps
+from weightkeeper.registry.common import (
+    CLEANING,
+    DELETING,
+    DOWNLOADING,
+    PENDING,
+    Holder,
+    _iso,
+    _utc,
+    utcnow,
+)
 from weightkeeper.registry.schema import LocalPathRow, ModelRow
-
-PENDING, STAGING, DOWNLOADING, READY, FAILED, DELETING = "Pending", "Staging", "Downloading", "Ready", "Failed", "Deleting"
-WAITING, CLEANING = "Waiting", "Cleaning"
-_PATH_LOCK = 7_243_001  # advisory lock key for decisions that read other models' paths
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
-
-
-def _iso(value: datetime | None) -> str | None:
-    return _utc(value).isoformat() if value else None
-
-
-@dataclass(frozen=True)
-class Holder:
-    """Who is working on a path: a run, on a host, in a process (pid + start time beat pid reuse)."""
-
-    run: str
-    host: str
-    pid: int
-    started: float
-
-    @classmethod
-    def here(cls, run: str) -> Holder:
-        return cls(run=run, host=socket.gethostname(), pid=os.getpid(), started=process_start_time(os.getpid()))
-
-
-def process_start_time(pid: int) -> float:
-    """The process start time in clock ticks since boot (0.0 when unknown)."""
-    try:
-        return float(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 @dataclass
@@ -78,12 +50,14 @@ class LocalPath:
     bytes_done: int
     bytes_total: int
     owned: bool
+    artifact_id: int | None
     holder: Holder | None
     heartbeat_at: datetime | None
+    verified_at: datetime | None
 
     def to_json(self) -> dict:
         return {"workspace": self.workspace, "cluster": self.cluster, "path": self.path, "status": self.status,
-                "sizeBytes": self.size_bytes, "message": self.message,
+                "sizeBytes": self.size_bytes, "message": self.message, "shared": self.artifact_id is not None,
                 "progress": {"bytesDone": self.bytes_done, "bytesTotal": self.bytes_total}}
 
 
@@ -106,6 +80,8 @@ class Model:
     updated_at: datetime
     deletion_time: datetime | None
     cleanup_attempts: int
+    download_policy: str
+    keep_files: bool
     local_paths: list[LocalPath] = field(default_factory=list)
 
     @property
@@ -116,6 +92,7 @@ class Model:
         return {
             "name": self.name, "owner": {"name": self.owner_name, "uid": self.owner_uid}, "source": self.source,
             "commit": self.commit, "tokenBlock": self.token_block, "targets": self.targets, "subpath": self.subpath,
+            "downloadPolicy": self.download_policy, "keepFiles": self.keep_files,
             "phase": self.phase, "message": self.message, "createdAt": _iso(self.created_at),
             "updatedAt": _iso(self.updated_at), "isDeleted": self.is_deleted, "deletionTime": _iso(self.deletion_time),
             "localPaths": [p.to_json() for p in self.local_paths],
@@ -147,6 +124,8 @@ class ModelSpec:
     token_block: str | None = None
     targets: list[str] | None = None
     subpath: str | None = None
+    download_policy: str = "always-download"
+    keep_files: bool = False
 
 
 def _path_view(row: LocalPathRow) -> LocalPath:
@@ -154,14 +133,16 @@ def _path_view(row: LocalPathRow) -> LocalPath:
     if row.holder:
         holder = Holder(row.holder, row.holder_host or "", row.holder_pid or 0, row.holder_started or 0.0)
     return LocalPath(row.id, row.workspace, row.cluster, row.path, row.status, row.message, row.size_bytes,
-                     row.bytes_done, row.bytes_total, row.owned, holder, _utc(row.heartbeat_at))
+                     row.bytes_done, row.bytes_total, row.owned, row.artifact_id, holder, _utc(row.heartbeat_at),
+                     _utc(row.verified_at))
 
 
 def _view(row: ModelRow) -> Model:
     return Model(
         row.name, row.owner_name, row.owner_uid, row.source, row.repo_id, row.revision, row.commit, row.token_block,
         row.targets, row.subpath, row.files, row.phase, row.message, _utc(row.created_at), _utc(row.updated_at),
-        _utc(row.deletion_time), row.cleanup_attempts, [_path_view(p) for p in row.paths],
+        _utc(row.deletion_time), row.cleanup_attempts, row.download_policy, row.keep_files,
+        [_path_view(p) for p in row.paths],
     )
 
 
@@ -211,7 +192,10 @@ def open_registry(url: str) -> Registry:
     return Registry(_engine(url))
 
 
-class Registry:
+_PATH_LOCK = 7_243_001  # advisory lock key for decisions that read other models' paths
+
+
+class Registry(ArtifactOps):
     def __init__(self, engine: Engine):
         self.engine = engine
 
@@ -238,14 +222,24 @@ class Registry:
         raise NotFoundError(f"model {row.name!r} has no local path #{path_id}")
 
     @staticmethod
-    def _owners(session: Session, cluster: str, path: str, exclude: int | None) -> list[tuple[str, bool]]:
-        """Other models whose entries put (or are putting) files at this directory: (name, deleting)."""
+    def _owners(session: Session, cluster: str, path: str, exclude: ModelRow | ModelSpec | None,
+                share: bool = True) -> list[tuple[str, bool]]:
+        """Other models whose entries put (or are putting) files at this directory: (name, deleting).
+
+        Live models that link this path to the same shared snapshot as `exclude` share it and do not
+        count unless `share` is False (before `exclude` has a commit, the same repository is enough).
+        """
         rows = session.execute(
-            select(ModelRow.name, ModelRow.phase).join(LocalPathRow)
+            select(ModelRow.name, ModelRow.phase, ModelRow.download_policy, ModelRow.repo_id, ModelRow.commit)
+            .join(LocalPathRow)
             .where(LocalPathRow.cluster == cluster, LocalPathRow.path == path, LocalPathRow.owned.is_(True),
-                   ModelRow.id != (exclude or -1))
+                   ModelRow.id != getattr(exclude, "id", -1))
         )
-        return [(n, phase == DELETING) for n, phase in rows]
+        sharing = share and exclude is not None and exclude.download_policy == REUSE_IF_EXISTS
+        commit = getattr(exclude, "commit", None)
+        return [(n, phase == DELETING) for n, phase, policy, repo, their_commit in rows
+                if not (sharing and phase != DELETING and policy == REUSE_IF_EXISTS and repo == exclude.repo_id
+                        and commit in (None, their_commit))]
 
     # -- models ----------------------------------------------------------------------------
 
@@ -264,7 +258,7 @@ class Registry:
                 raise ConflictError(f"model {spec.name!r} already exists", "AlreadyExists")
             taken = []
             for p in plan.paths:
-                decision, holder = path_decision(self._owners(s, p.cluster, p.path, None))
+                decision, holder = path_decision(self._owners(s, p.cluster, p.path, spec))
                 if decision == "wait":
                     raise ConflictError(
                         f"path {p.path} in workspace {p.workspace!r} is still being cleaned up by deleted model "
@@ -277,7 +271,7 @@ class Registry:
             row = ModelRow(
                 name=spec.name, owner_name=spec.owner_name, owner_uid=spec.owner_uid, source=spec.source,
                 repo_id=spec.repo_id, revision=spec.revision, token_block=spec.token_block, targets=spec.targets,
-                subpath=spec.subpath, phase=PENDING, message="; ".join(plan.skipped), created_at=now, updated_at=now,
+                subpath=spec.subpath, download_policy=spec.download_policy, keep_files=spec.keep_files, phase=PENDING, message="; ".join(plan.skipped), created_at=now, updated_at=now,
                 cleanup_attempts=0,
             )
             row.paths = [LocalPathRow(workspace=p.workspace, cluster=p.cluster, path=p.path, status=PENDING, message="",
@@ -364,7 +358,7 @@ class Registry:
         with self._tx() as s:
             row = self._model(s, name, lock=False)
             p = self._path(row, path_id)
-            live = [n for n, deleting in self._owners(s, p.cluster, p.path, row.id) if not deleting]
+            live = [n for n, deleting in self._owners(s, p.cluster, p.path, row, share=False) if not deleting]
             return live[0] if live else None
 
     def claim_download(self, name: str, path_id: int, holder: Holder, lease_seconds: float) -> Claim:
@@ -377,7 +371,7 @@ class Registry:
                 return Claim("deleting")
             if self._busy(p, holder, lease_seconds):
                 return Claim("busy", p.holder)
-            decision, other = path_decision(self._owners(s, p.cluster, p.path, row.id))
+            decision, other = path_decision(self._owners(s, p.cluster, p.path, row))
             if decision != "free":
                 return Claim(decision, other)
             self._hold(p, holder, DOWNLOADING)
@@ -434,6 +428,11 @@ class Registry:
             if size_bytes is not None:
                 p.size_bytes = p.bytes_done = size_bytes
             p.holder = p.holder_host = p.holder_pid = p.holder_started = p.heartbeat_at = None
+
+    def set_path_verified(self, name: str, path_id: int, status: str) -> None:
+        with self._tx() as s:
+            p = self._path(self._model(s, name), path_id)
+            p.status, p.verified_at = status, utcnow()
 
     def set_path_message(self, name: str, path_id: int, status: str, message: str) -> None:
         with self._tx() as s:

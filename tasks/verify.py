@@ -1,0 +1,132 @@
+"""Verify copies against their manifest and repair them: only damaged or missing files are fetched again."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+from prefect import get_run_logger, task
+from prefect.runtime import flow_run
+
+from weightkeeper.config import Settings
+from weightkeeper.download import RemoteFile, Snapshot, fetch_snapshot
+from weightkeeper.errors import DownloadError
+from weightkeeper.fsops import directory_size
+from weightkeeper.layout import HfSource
+from weightkeeper.registry import Holder, Registry
+from weightkeeper.registry.artifacts import A_DOWNLOADING, A_FAILED, A_PENDING, A_READY, A_REPAIRING
+from weightkeeper.registry.common import FAILED, READY, utcnow
+from weightkeeper.runtime import download_slot, load_token, runtime
+from weightkeeper.sharing import discard, mark_ready, unmark_ready
+from weightkeeper.verify import Problem, verify_copy
+
+
+def _due(verified_at, settings: Settings) -> bool:
+    return verified_at is None or verified_at < utcnow() - timedelta(seconds=settings.verify_interval_seconds)
+
+
+def _refetch(settings: Settings, snapshot: Snapshot, root: str, token_block: str | None, problems: list[Problem],
+             beat: Callable[[int], None]) -> None:
+    """Drop the damaged entries and fetch them again (the rest of the copy is left alone)."""
+    for problem in problems:
+        discard(root, problem.path)
+    with download_slot(settings, lambda in_use, limit: None):
+        fetch_snapshot(HfSource(snapshot.repo_id, snapshot.commit), snapshot, Path(root), settings.hf_endpoint,
+                       load_token(token_block), beat, deadline=float("inf"))
+
+
+@task(name="verify-shared-copy")
+def verify_shared_copy(artifact_id: int) -> str:
+    """Cheap check every pass, full hash when due; repair in place, failing the copy's models meanwhile."""
+    logger = get_run_logger()
+    settings, registry = runtime()
+    artifact = registry.get_artifact(artifact_id)
+    if artifact is None or artifact.state in (A_PENDING, A_DOWNLOADING):
+        return "not downloaded"
+    files = tuple(RemoteFile.from_json(f) for f in artifact.files)
+    deep = _due(artifact.verified_at, settings) or artifact.state != A_READY
+    problems = verify_copy(artifact.path, files, deep=deep, workers=settings.verify_workers)
+    if not problems and artifact.state == A_READY:
+        if deep:
+            registry.set_artifact(artifact_id, None, A_READY, "verified", verified=True)
+        return "verified" if deep else "checked"
+    holder = Holder.here(f"repair/{flow_run.id or 'local'}/{artifact_id}")
+    if not registry.claim_artifact(artifact_id, holder, settings.lease_seconds):
+        return "busy"
+    return _repair_shared_copy(settings, registry, artifact, files, problems, holder, logger)
+
+
+def _repair_shared_copy(settings, registry: Registry, artifact, files, problems, holder, logger) -> str:
+    summary = "; ".join(map(str, problems[:3])) + (f" and {len(problems) - 3} more" if len(problems) > 3 else "")
+    message = f"shared copy {artifact.path} is under repair ({summary})"
+    unmark_ready(artifact.path)
+    registry.set_artifact(artifact.id, holder, A_REPAIRING, message)
+    touched = registry.set_users(artifact.id, FAILED, message)
+    logger.warning("%s; models failed meanwhile: %s", message, ", ".join(touched) or "none")
+    token_block = next((registry.get_model(u.model).token_block for u in artifact.users), None)
+
+    def beat(_done: int) -> None:
+        registry.heartbeat_artifact(artifact.id, holder)
+
+    try:
+        _refetch(settings, Snapshot(artifact.repo_id, artifact.commit, files), artifact.path, token_block, problems,
+                 beat)
+    except DownloadError as e:
+        since = artifact.unreachable_since or utcnow()
+        down_for = (utcnow() - since).total_seconds()
+        if e.permanent or down_for >= settings.hub_unreachable_seconds:
+            final = f"repair of shared copy {artifact.path} failed: {e} (for {down_for:.0f}s)"
+            registry.set_artifact(artifact.id, holder, A_FAILED, final, unreachable_since=since, release=True)
+            registry.set_users(artifact.id, FAILED, final)
+            logger.error("%s", final)
+            return "failed"
+        registry.set_artifact(artifact.id, holder, A_REPAIRING, f"{message}; {e}; retried on the next pass",
+                              unreachable_since=since, release=True)
+        logger.warning("repair of %s postponed: %s", artifact.path, e)
+        return "postponed"
+    remaining = verify_copy(artifact.path, files, deep=True, workers=settings.verify_workers)
+    if remaining:
+        registry.set_artifact(artifact.id, holder, A_REPAIRING, f"{message}; still damaged: {remaining[0]}",
+                              release=True)
+        return "postponed"
+    mark_ready(artifact.path, artifact.commit)
+    registry.set_artifact(artifact.id, holder, A_READY, "repaired and verified", size_bytes=directory_size(artifact.path),
+                          verified=True, unreachable_since=None, release=True)
+    registry.set_users(artifact.id, READY, f"restored: shared copy {artifact.path} repaired")
+    logger.info("shared copy %s repaired (%d file(s) fetched again)", artifact.path, len(problems))
+    return "repaired"
+
+
+@task(name="verify-model-path")
+def verify_model_path(name: str, path_id: int) -> str:
+    """The same check and repair for a model's own copy (not linked to a shared one)."""
+    logger = get_run_logger()
+    settings, registry = runtime()
+    model = registry.get_model(name)
+    entry = next(p for p in model.local_paths if p.id == path_id)
+    files = tuple(RemoteFile.from_json(f) for f in model.files or [])
+    problems = verify_copy(entry.path, files, deep=_due(entry.verified_at, settings) or entry.status != READY,
+                           workers=settings.verify_workers)
+    if not problems:
+        registry.set_path_verified(name, path_id, READY if entry.status == READY else entry.status)
+        return "verified"
+    holder = Holder.here(f"repair/{flow_run.id or 'local'}/{path_id}")
+    if not registry.claim_download(name, path_id, holder, settings.lease_seconds).ok:
+        return "busy"
+    message = f"{entry.path} is under repair ({problems[0]}{' and more' if len(problems) > 1 else ''})"
+    registry.heartbeat(name, path_id, holder, message=message)
+    registry.set_phase(name, FAILED, message)
+    logger.warning("%s: %s", name, message)
+    try:
+        _refetch(settings, Snapshot(model.repo_id, model.commit, files), entry.path, model.token_block, problems,
+                 lambda _done: registry.heartbeat(name, path_id, holder))
+    except DownloadError as e:
+        registry.finish_path(name, path_id, holder, FAILED, f"{message}; {e}")
+        return "postponed"
+    size = directory_size(entry.path)
+    registry.finish_path(name, path_id, holder, READY, f"{size} bytes (repaired)", size)
+    registry.set_path_verified(name, path_id, READY)
+    if all(p.status == READY for p in registry.get_model(name).local_paths):
+        registry.set_phase(name, READY, f"restored: {entry.path} repaired")
+    return "repaired"

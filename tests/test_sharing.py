@@ -1,0 +1,222 @@
+"""Shared snapshots, verification and repair, on the real client and the loopback Hub server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import expected_size, tiny_files
+from flows.delete_model import delete_model
+from flows.ensure_model import ensure_model
+from flows.reconcile import reconcile
+from test_lifecycle import fetched_files, in_thread, wait_until
+
+SHARD = "model-00001-of-00002.safetensors"
+FILES_FETCHED = 5
+
+
+def shared_dir(wk, repo_dir: str, commit: str, workspace: str = "team-a") -> Path:
+    return wk.volumes[workspace] / "models" / "_artifacts" / repo_dir / commit
+
+
+def test_two_models_share_one_copy_and_it_goes_with_the_last(wk, hub):
+    files = tiny_files("share")
+    commit = hub.add_repo("acme/share", files)
+    hub.reset_stats()
+    wk.declare("one", "hf://acme/share", workspaces=["team-a"], download_policy="reuse-if-exists")
+    wk.declare("two", "hf://acme/share", workspaces=["team-a"], subpath="models/team-two",
+               download_policy="reuse-if-exists")
+    assert ensure_model("one") == "Ready" and ensure_model("two") == "Ready"
+    copy = shared_dir(wk, "acme--share", commit)
+    one, two = (wk.registry.get_model(n).local_paths[0] for n in ("one", "two"))
+    assert os.readlink(one.path) == f"_artifacts/acme--share/{commit}"
+    assert os.readlink(two.path) == f"../_artifacts/acme--share/{commit}"
+    assert fetched_files(str(copy)) == fetched_files(one.path) == fetched_files(two.path)
+    assert one.size_bytes == two.size_bytes == expected_size(files)
+    assert hub.get_count("acme/share") == FILES_FETCHED  # one copy, downloaded once
+    (artifact,) = wk.registry.list_artifacts()
+    assert artifact.state == "Ready" and sorted(u.model for u in artifact.users) == ["one", "two"]
+    assert wk.registry.get_model("one").to_json()["localPaths"][0]["shared"] is True
+
+    assert delete_model("one") == "Released"
+    assert not os.path.lexists(one.path) and copy.is_dir() and fetched_files(two.path)
+    assert delete_model("two") == "Released"
+    assert not os.path.lexists(two.path) and not copy.exists() and copy.parent.is_dir()
+    assert wk.registry.list_artifacts() == []
+
+    hub.reset_stats()
+    wk.declare("three", "hf://acme/share", workspaces=["team-a"], download_policy="reuse-if-exists")
+    assert ensure_model("three") == "Ready"
+    assert hub.get_count("acme/share") == FILES_FETCHED  # a fresh download: the copy was gone
+
+
+def test_concurrent_creators_download_exactly_once(wk, hub):
+    commit = hub.add_repo("acme/rush", tiny_files("rush", shard_size=512 * 1024))
+    hub.set_throttle(2 * 1024 * 1024, repo_id="acme/rush")
+    hub.reset_stats()
+    names = [f"rush-{i}" for i in range(4)]
+    for i, name in enumerate(names):
+        wk.declare(name, "hf://acme/rush", workspaces=["team-a"], subpath=f"models/r{i}",
+                   download_policy="reuse-if-exists")
+    runs = [in_thread(ensure_model, n) for n in names]
+    for r in runs:
+        r.join(120)
+    hub.set_throttle(None, repo_id="acme/rush")
+    assert [r.result.get("value") for r in runs] == ["Ready"] * 4
+    for name in fetched_files(str(shared_dir(wk, "acme--rush", commit))):
+        assert hub.get_count("acme/rush", name) == 1, name
+
+
+def test_models_on_the_same_path_share_the_link(wk, hub):
+    commit = hub.add_repo("acme/samepath", tiny_files("samepath"))
+    for name in ("left", "right"):
+        wk.declare(name, "hf://acme/samepath", workspaces=["team-b"], download_policy="reuse-if-exists")
+        assert ensure_model(name) == "Ready"
+    link = wk.registry.get_model("left").local_paths[0].path
+    assert delete_model("left") == "Released"
+    assert os.path.islink(link) and fetched_files(link)  # "right" still has this path
+    assert delete_model("right") == "Released"
+    assert not os.path.lexists(link) and not shared_dir(wk, "acme--samepath", commit, "team-b").exists()
+
+
+def test_keep_files_leaves_the_link_and_the_copy(wk, hub):
+    commit = hub.add_repo("acme/reserve", tiny_files("reserve"))
+    wk.declare("reserve", "hf://acme/reserve", workspaces=["team-a"], download_policy="reuse-if-exists",
+               keep_files=True)
+    assert ensure_model("reserve") == "Ready"
+    link = wk.registry.get_model("reserve").local_paths[0].path
+    assert delete_model("reserve") == "Released"
+    assert os.path.islink(link) and fetched_files(link)
+    assert reconcile()[str(shared_dir(wk, "acme--reserve", commit))] == "linked"
+
+
+def test_a_link_planted_by_hand_keeps_the_copy_until_it_is_gone(wk, hub):
+    commit = hub.add_repo("acme/planted", tiny_files("planted"))
+    wk.declare("planted", "hf://acme/planted", workspaces=["team-a"], download_policy="reuse-if-exists")
+    assert ensure_model("planted") == "Ready"
+    copy = shared_dir(wk, "acme--planted", commit)
+    planted = wk.volumes["team-a"] / "models" / "by-hand"
+    planted.symlink_to(copy)
+    assert delete_model("planted") == "Released"
+    assert copy.is_dir() and "by-hand" in wk.registry.list_artifacts()[0].message
+    planted.unlink()
+    assert reconcile()[str(copy)] == "collected"
+    assert not copy.exists() and wk.registry.list_artifacts() == []
+
+
+def test_a_path_that_holds_files_keeps_its_own_copy(wk, hub):
+    files = tiny_files("occupied")
+    hub.add_repo("acme/occupied", files)
+    model = wk.declare("occupied", "hf://acme/occupied", workspaces=["team-a"], download_policy="reuse-if-exists")
+    path = Path(model.local_paths[0].path)
+    path.mkdir(parents=True)
+    (path / "notes.txt").write_text("mine")
+    assert ensure_model("occupied") == "Ready"
+    assert not path.is_symlink() and (path / "notes.txt").read_text() == "mine" and (path / SHARD).is_file()
+    assert wk.registry.list_artifacts() == []
+    assert wk.registry.get_model("occupied").local_paths[0].artifact_id is None
+
+
+def test_a_shared_model_outside_the_models_root_fails(wk, hub):
+    hub.add_repo("acme/outside", tiny_files("outside"))
+    wk.declare("outside", "hf://acme/outside", workspaces=["team-a"], subpath="team",
+               download_policy="reuse-if-exists")
+    assert ensure_model("outside") == "Failed"
+    assert "outside the models root" in wk.registry.get_model("outside").message
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "truncate", "delete"])
+def test_reconcile_repairs_only_the_damaged_file(wk, hub, damage):
+    files = tiny_files(f"repair-{damage}")
+    repo = f"acme/repair-{damage}"
+    commit = hub.add_repo(repo, files)
+    wk.rewrite(hf_endpoint=hub.url, verify_interval_seconds=0 if damage == "corrupt" else 3600)
+    wk.declare("repair", f"hf://{repo}", workspaces=["team-a"], download_policy="reuse-if-exists")
+    assert ensure_model("repair") == "Ready"
+    shard = shared_dir(wk, f"acme--repair-{damage}", commit) / SHARD
+    if damage == "corrupt":
+        with open(shard, "r+b") as f:
+            f.seek(1000)
+            byte = f.read(1)
+            f.seek(1000)
+            f.write(bytes([byte[0] ^ 0xFF]))
+    elif damage == "truncate":
+        os.truncate(shard, 100)
+    else:
+        shard.unlink()
+    hub.reset_stats()
+    hub.set_throttle(64 * 1024, repo_id=repo)
+    run = in_thread(reconcile)
+    failed = wait_until(lambda: (m := wk.registry.get_model("repair")).phase == "Failed" and m,
+                        what="the model to fail during repair")
+    assert "under repair" in failed.message
+    hub.set_throttle(None, repo_id=repo)
+    run.join(60)
+    assert run.result["value"][str(shard.parent)] == "repaired"
+    assert shard.read_bytes() == files[SHARD]
+    assert hub.get_count(repo) == 1 and hub.get_count(repo, SHARD) == 1
+    model = wk.registry.get_model("repair")
+    assert model.phase == "Ready" and "restored" in model.message
+
+
+def test_hub_unreachable_during_repair_fails_the_models_until_it_is_back(wk, hub):
+    files = tiny_files("offline-repair")
+    commit = hub.add_repo("acme/offline-repair", files)
+    wk.rewrite(hf_endpoint=hub.url, hub_unreachable_seconds=0)
+    wk.declare("offline", "hf://acme/offline-repair", workspaces=["team-a"], download_policy="reuse-if-exists")
+    assert ensure_model("offline") == "Ready"
+    shard = shared_dir(wk, "acme--offline-repair", commit) / SHARD
+    shard.unlink()
+    hub.set_offline(True)
+    try:
+        assert reconcile()[str(shard.parent)] == "failed"
+    finally:
+        hub.set_offline(False)
+    model = wk.registry.get_model("offline")
+    assert model.phase == "Failed" and "repair of shared copy" in model.message
+    assert wk.registry.list_artifacts()[0].state == "Failed"
+    assert reconcile()[str(shard.parent)] == "repaired"
+    assert wk.registry.get_model("offline").phase == "Ready" and shard.read_bytes() == files[SHARD]
+
+
+def test_an_own_copy_is_verified_and_repaired_too(wk, hub):
+    files = tiny_files("own-repair")
+    hub.add_repo("acme/own-repair", files)
+    wk.declare("own", "hf://acme/own-repair", workspaces=["team-a"])
+    assert ensure_model("own") == "Ready"
+    path = Path(wk.registry.get_model("own").local_paths[0].path)
+    os.truncate(path / SHARD, 10)
+    hub.reset_stats()
+    assert reconcile()[str(path)] == "repaired"
+    assert (path / SHARD).read_bytes() == files[SHARD] and hub.get_count("acme/own-repair") == 1
+    assert wk.registry.get_model("own").phase == "Ready"
+
+
+def test_a_killed_lock_holder_is_taken_over_after_its_lease(wk, hub):
+    files = tiny_files("killed", shards=1, shard_size=4 * 1024 * 1024)
+    commit = hub.add_repo("acme/killed", files)
+    wk.declare("victim", "hf://acme/killed", workspaces=["team-a"], download_policy="reuse-if-exists")
+    wk.declare("heir", "hf://acme/killed", workspaces=["team-a"], subpath="models/heir",
+               download_policy="reuse-if-exists")
+    hub.set_throttle(512 * 1024, repo_id="acme/killed")
+    hub.reset_stats()
+    victim = subprocess.Popen([sys.executable, "-c", "from flows.ensure_model import ensure_model; "
+                               "ensure_model('victim')"], env=dict(os.environ), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: (a := wk.registry.list_artifacts()) and a[0].holder and hub.bytes_served("acme/killed")
+                   > 1024 * 1024, timeout=90, what="the victim to hold the shared copy and download")
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+    hub.set_throttle(None, repo_id="acme/killed")
+    assert wk.registry.list_artifacts()[0].holder  # a SIGKILLed holder leaves its lease behind
+    assert ensure_model("heir") == "Ready"
+    copy = shared_dir(wk, "acme--killed", commit)
+    assert (copy / "model-00001-of-00001.safetensors").read_bytes() == files["model-00001-of-00001.safetensors"]
+    assert hub.bytes_served("acme/killed") < 2 * expected_size(files)  # resumed, not fetched twice

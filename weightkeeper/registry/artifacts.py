@@ -1,0 +1,155 @@
+"""Registry operations on shared copies of snapshots (artifacts) and the paths linked to them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select
+
+from weightkeeper.errors import NotFoundError
+from weightkeeper.registry.common import DELETING, FAILED, READY, _utc, utcnow
+from weightkeeper.registry.schema import ArtifactRow, LocalPathRow, ModelRow
+
+A_PENDING, A_DOWNLOADING, A_READY, A_REPAIRING, A_FAILED = "Pending", "Downloading", "Ready", "Repairing", "Failed"
+
+
+@dataclass
+class ArtifactUser:
+    model: str
+    path_id: int
+    workspace: str
+    path: str
+    keep_files: bool
+    deleting: bool
+
+
+@dataclass
+class Artifact:
+    id: int
+    repo_id: str
+    commit: str
+    cluster: str
+    volume: str
+    path: str
+    files: list[dict]
+    state: str
+    message: str
+    size_bytes: int | None
+    verified_at: datetime | None
+    unreachable_since: datetime | None
+    holder: str | None
+    heartbeat_at: datetime | None
+    users: list[ArtifactUser]
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "repo": self.repo_id, "commit": self.commit, "state": self.state,
+                "sizeBytes": self.size_bytes, "models": sorted({u.model for u in self.users})}
+
+
+class ArtifactOps:
+    """Mixed into `Registry`; uses its `_tx`, `_model`, `_path`, `_busy` and `_hold`."""
+
+    def _artifact(self, s, artifact_id: int) -> ArtifactRow:
+        row = s.scalars(select(ArtifactRow).where(ArtifactRow.id == artifact_id).with_for_update()).first()
+        if row is None:
+            raise NotFoundError(f"shared copy #{artifact_id} does not exist")
+        return row
+
+    @staticmethod
+    def _artifact_view(s, row: ArtifactRow) -> Artifact:
+        users = [ArtifactUser(name, pid, ws, path, keep, phase == DELETING) for name, pid, ws, path, keep, phase in s.execute(
+            select(ModelRow.name, LocalPathRow.id, LocalPathRow.workspace, LocalPathRow.path, ModelRow.keep_files,
+                   ModelRow.phase).join(ModelRow).where(LocalPathRow.artifact_id == row.id))]
+        return Artifact(row.id, row.repo_id, row.commit, row.cluster, row.volume, row.path, row.files, row.state,
+                        row.message, row.size_bytes, _utc(row.verified_at), _utc(row.unreachable_since), row.holder,
+                        _utc(row.heartbeat_at), users)
+
+    def artifact_for(self, repo_id: str, commit: str, cluster: str, volume: str, path: str,
+                     files: list[dict]) -> Artifact:
+        """The shared copy of a snapshot on a volume, recorded Pending if it is new."""
+        with self._tx(path_lock=True) as s:
+            row = s.scalars(select(ArtifactRow).where(ArtifactRow.cluster == cluster, ArtifactRow.path == path)
+                            .with_for_update()).first()
+            if row is None:
+                now = utcnow()
+                row = ArtifactRow(repo_id=repo_id, commit=commit, cluster=cluster, volume=volume, path=path,
+                                  files=files, state=A_PENDING, message="", created_at=now, updated_at=now)
+                s.add(row)
+                s.flush()
+            return self._artifact_view(s, row)
+
+    def get_artifact(self, artifact_id: int) -> Artifact | None:
+        with self._tx() as s:
+            row = s.get(ArtifactRow, artifact_id)
+            return self._artifact_view(s, row) if row else None
+
+    def list_artifacts(self) -> list[Artifact]:
+        with self._tx() as s:
+            return [self._artifact_view(s, r) for r in s.scalars(select(ArtifactRow).order_by(ArtifactRow.id))]
+
+    def claim_artifact(self, artifact_id: int, holder, lease_seconds: float) -> bool:
+        """Make `holder` the one writer of a shared copy unless another holder's lease is fresh."""
+        with self._tx() as s:
+            row = self._artifact(s, artifact_id)
+            if self._busy(row, holder, lease_seconds):
+                return False
+            self._hold(row, holder, row.state)
+            return True
+
+    def heartbeat_artifact(self, artifact_id: int, holder) -> bool:
+        with self._tx() as s:
+            row = self._artifact(s, artifact_id)
+            if row.holder != holder.run:
+                return False
+            row.heartbeat_at = row.updated_at = utcnow()
+            return True
+
+    def set_artifact(self, artifact_id: int, holder, state: str, message: str = "", *, size_bytes: int | None = None,
+                     verified: bool = False, unreachable_since: datetime | None | bool = False,
+                     release: bool = False) -> None:
+        """Record a shared copy's state (only by its lease holder); `release` ends the lease."""
+        with self._tx() as s:
+            row = self._artifact(s, artifact_id)
+            if holder is not None and row.holder not in (None, holder.run):
+                return
+            row.state, row.message, row.updated_at = state, message, utcnow()
+            if size_bytes is not None:
+                row.size_bytes = size_bytes
+            if verified:
+                row.verified_at = utcnow()
+            if unreachable_since is not False:
+                row.unreachable_since = unreachable_since
+            if release:
+                row.holder = row.holder_host = row.holder_pid = row.holder_started = row.heartbeat_at = None
+
+    def link_path(self, name: str, path_id: int, artifact_id: int | None) -> None:
+        with self._tx() as s:
+            self._path(self._model(s, name), path_id).artifact_id = artifact_id
+
+    def set_users(self, artifact_id: int, status: str, message: str) -> list[str]:
+        """Set the status of every live path linked to a copy (Failed during repair, Ready after) and
+        the phase of their models to match; returns the models touched."""
+        with self._tx() as s:
+            rows = s.scalars(select(LocalPathRow).where(LocalPathRow.artifact_id == artifact_id)).all()
+            touched = []
+            for p in rows:
+                model = self._model(s, p.model.name)
+                if model.phase == DELETING:
+                    continue
+                p.status, p.message, p.updated_at = status, message, utcnow()
+                if status == FAILED:
+                    model.phase, model.message = FAILED, message
+                elif all(q.status == READY for q in model.paths):
+                    model.phase, model.message = READY, message
+                touched.append(model.name)
+            return touched
+
+    def delete_artifact(self, artifact_id: int) -> bool:
+        """Forget a shared copy once no path links to it (its directory must already be gone)."""
+        with self._tx(path_lock=True) as s:
+            row = self._artifact(s, artifact_id)
+            if s.scalars(select(LocalPathRow.id).where(LocalPathRow.artifact_id == artifact_id)).first():
+                return False
+            s.delete(row)
+            return True

@@ -1,0 +1,46 @@
+"""Shared by the registry modules: states, time, and the identity of a lease holder."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+PENDING, STAGING, DOWNLOADING, READY, FAILED, DELETING = "Pending", "Staging", "Downloading", "Ready", "Failed", "Deleting"
+WAITING, CLEANING = "Waiting", "Cleaning"
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
+
+
+def _iso(value: datetime | None) -> str | None:
+    return _utc(value).isoformat() if value else None
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who is working on a path: a run, on a host, in a process (pid + start time beat pid reuse)."""
+
+    run: str
+    host: str
+    pid: int
+    started: float
+
+    @classmethod
+    def here(cls, run: str) -> Holder:
+        return cls(run=run, host=socket.gethostname(), pid=os.getpid(), started=process_start_time(os.getpid()))
+
+
+def process_start_time(pid: int) -> float:
+    """The process start time in clock ticks since boot (0.0 when unknown)."""
+    try:
+        return float(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0.0
