@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 
+from tasks.cleanup import clean_path
 from tasks.download import download_snapshot, record_size
 from tasks.report import finish_model, publish_paths
 from tasks.snapshot import resolve_revision
@@ -26,13 +27,18 @@ def ensure_model(name: str) -> str:
         if snapshot.is_completed():
             snapshot = snapshot.result()
             recorded = []
-            for p in registry.get_model(name).local_paths:
+            paths = registry.get_model(name).local_paths
+            for p in (p for p in paths if not p.retired):
                 download = download_snapshot.with_options(task_run_name=f"download-{name}-{p.workspace}").submit(
                     name, p.id, snapshot)
                 recorded.append(record_size.with_options(task_run_name=f"record-size-{name}-{p.workspace}").submit(
                     name, p.id, wait_for=[download]))
             for future in recorded:
                 future.wait()
+            if all(f.state.is_completed() for f in recorded):
+                for p in (p for p in paths if p.retired):
+                    clean_path.with_options(task_run_name=f"clean-{name}-{p.workspace}-retired")(
+                        name, p.id, return_state=True)
         elif registry.get_model(name).phase != FAILED:
             registry.set_phase(name, FAILED, f"cannot resolve {model.source}: {snapshot.message}")
     phase = finish_model(name)

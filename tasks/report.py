@@ -18,14 +18,17 @@ def finish_model(name: str) -> str:
         return "Released"
     if model.phase == DELETING:
         return model.phase
-    failed = [p for p in model.local_paths if p.status == FAILED]
-    if not model.local_paths:
+    current = [p for p in model.local_paths if not p.retired]
+    failed = [p for p in current if p.status == FAILED]
+    if not current:
         model = registry.set_phase(name, FAILED, model.message or "the model has no download target")
     elif failed:
         model = registry.set_phase(name, FAILED, "; ".join(f"{p.workspace}: {p.message}" for p in failed))
-    elif all(p.status == READY for p in model.local_paths):
-        total = sum(p.size_bytes or 0 for p in model.local_paths)
-        model = registry.set_phase(name, READY, f"{len(model.local_paths)} path(s) ready, {total} bytes")
+    elif all(p.status == READY for p in current):
+        total = sum(p.size_bytes or 0 for p in current)
+        leftovers = "".join(f"; old path {p.path} not cleaned yet: {p.message}" for p in model.local_paths
+                            if p.retired)
+        model = registry.set_phase(name, READY, f"{len(current)} path(s) ready, {total} bytes{leftovers}")
     return model.phase
 
 

@@ -145,3 +145,30 @@ def test_directory_size_excludes_cache_and_links(volume, tmp_path):
     (tmp_path / "big").write_bytes(b"z" * 1000)
     (d / "link").symlink_to(tmp_path / "big")
     assert directory_size(str(d)) == 12
+
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def test_shared_copies_are_removable_only_by_garbage_collection():
+    copy = f"/mnt/vol/models/_artifacts/o--n/{COMMIT}"
+    with pytest.raises(UnsafePathError, match="only garbage collection"):
+        check_removable(copy, VOLUMES)
+    assert check_removable(copy, VOLUMES, artifact=True)
+
+
+@pytest.mark.parametrize("path", [
+    "/mnt/vol/models/_artifacts", "/mnt/vol/models/_artifacts/o--n", f"/mnt/vol/models/_artifacts/o--n/{COMMIT}/x",
+    "/mnt/vol/models/_artifacts/o--n/main", f"/mnt/vol/team/models/_artifacts/o--n/{COMMIT}",
+    "/mnt/vol/models/o--n", f"/mnt/other/models/_artifacts/o--n/{COMMIT}",
+])
+def test_garbage_collection_removes_nothing_but_a_shared_copy(path):
+    with pytest.raises(UnsafePathError):
+        check_removable(path, VOLUMES, artifact=True)
+
+
+@pytest.mark.parametrize("path", ["/mnt/vol/models/_artifacts", "/mnt/vol/models/_artifacts/o--n",
+                                  "/mnt/vol/models/x/_artifacts/y"])
+def test_model_cleanup_never_enters_the_shared_copies(path):
+    with pytest.raises(UnsafePathError):
+        check_removable(path, VOLUMES)

@@ -116,3 +116,29 @@ def test_path_decision():
     assert path_decision([]) == ("free", None)
     assert path_decision([("a", True)]) == ("wait", "a")
     assert path_decision([("a", True), ("b", False)]) == ("taken", "b")
+
+
+def test_shared_copy_layout_and_relative_links():
+    from weightkeeper.layout import artifact_path, link_target, sharing_problem
+
+    c = "ab" * 20
+    assert artifact_path("/v", "o/n", c) == f"/v/models/_artifacts/o--n/{c}"
+    assert link_target("/v/models/o--n", f"/v/models/_artifacts/o--n/{c}") == f"_artifacts/o--n/{c}"
+    assert link_target("/v/models/t/o--n", f"/v/models/_artifacts/o--n/{c}") == f"../_artifacts/o--n/{c}"
+    assert sharing_problem("/v/models/o--n", "/v") is None
+    assert sharing_problem("/v/models/sub/o--n", "/v") is None
+    assert "outside the models root" in sharing_problem("/v/team/models/o--n", "/v")
+    assert "holds the shared copies" in sharing_problem("/v/models/_artifacts/o--n", "/v")
+    with pytest.raises(InvalidInputError, match="shared copies"):
+        model_path("/v", "_artifacts")
+
+
+def test_workspace_usage_counts_a_shared_copy_once():
+    from weightkeeper.planning import workspace_usage
+
+    ws = [Workspace("a", "/v", cluster="c"), Workspace("b", "/w", cluster="c")]
+    usage = workspace_usage(ws, [("a", "/v/models/x", 10, 1), ("a", "/v/models/y", 10, 1), ("a", "/v/models/z", 5, None),
+                                 ("b", "/w/models/z", 5, None), ("b", "/w/models/z", 5, None)],
+                            [("c", "/v", 10)])
+    assert usage == {"a": {"storedBytes": 15, "withoutSharingBytes": 25},
+                     "b": {"storedBytes": 5, "withoutSharingBytes": 10}}

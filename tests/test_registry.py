@@ -129,3 +129,14 @@ def test_create_refused_while_deleting_model_owns_the_path(registry):
     with pytest.raises(ConflictError) as e:
         registry.create_model(spec("new"), plan("/w/models/o--n", "/v/models/o--n"))
     assert e.value.code == "ResourceProcessing" and "still being cleaned up" in str(e.value)
+
+
+def test_one_writer_per_shared_copy(registry):
+    copy = registry.artifact_for("o/n", "c" * 40, "local", "/v", "/v/models/_artifacts/o--n/" + "c" * 40, [])
+    assert registry.artifact_for("o/n", "c" * 40, "local", "/v", copy.path, []).id == copy.id
+    wins = parallel(8, lambda i: registry.claim_artifact(copy.id, holder(i), 60))
+    assert wins.count(True) == 1
+    winner = holder(wins.index(True))
+    assert registry.heartbeat_artifact(copy.id, winner) and not registry.heartbeat_artifact(copy.id, holder(99))
+    assert registry.claim_artifact(copy.id, holder(99), 0)  # its lease expired: taken over
+    assert not registry.heartbeat_artifact(copy.id, winner)

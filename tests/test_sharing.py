@@ -220,3 +220,41 @@ def test_a_killed_lock_holder_is_taken_over_after_its_lease(wk, hub):
     copy = shared_dir(wk, "acme--killed", commit)
     assert (copy / "model-00001-of-00001.safetensors").read_bytes() == files["model-00001-of-00001.safetensors"]
     assert hub.bytes_served("acme/killed") < 2 * expected_size(files)  # resumed, not fetched twice
+
+
+def test_moving_a_model_onto_the_shared_copy(wk, hub):
+    from weightkeeper.service import move_model
+
+    files = tiny_files("move")
+    commit = hub.add_repo("acme/move", files)
+    wk.declare("base", "hf://acme/move", workspaces=["team-a"], download_policy="reuse-if-exists")
+    wk.declare("mover", "hf://acme/move", workspaces=["team-a"], subpath="models/own")
+    assert ensure_model("base") == "Ready" and ensure_model("mover") == "Ready"
+    old = Path(wk.registry.get_model("mover").local_paths[0].path)
+    assert not old.is_symlink() and fetched_files(str(old))
+    hub.reset_stats()
+    moved = move_model(wk.settings, wk.registry, "mover", subpath="models/shared", download_policy="reuse-if-exists")
+    assert [p.retired for p in moved.local_paths] == [True, False]
+    assert ensure_model("mover") == "Ready"
+    (entry,) = wk.registry.get_model("mover").local_paths
+    assert os.readlink(entry.path) == f"../_artifacts/acme--move/{commit}"
+    assert not old.exists() and hub.get_count("acme/move") == 0
+    assert entry.size_bytes == expected_size(files)
+
+
+def test_workspace_listing_shows_what_sharing_saves(wk, hub):
+    import json
+
+    from test_cli import cli
+
+    files = tiny_files("usage")
+    hub.add_repo("acme/usage", files)
+    for i in range(3):
+        wk.declare(f"use-{i}", "hf://acme/usage", workspaces=["team-b"], subpath=f"models/u{i}",
+                   download_policy="reuse-if-exists")
+        assert ensure_model(f"use-{i}") == "Ready"
+    rows = {r["name"]: r for r in json.loads(cli(wk, "workspace", "list", "--json").stdout)}
+    assert rows["team-b"]["storedBytes"] == expected_size(files)
+    assert rows["team-b"]["withoutSharingBytes"] == 3 * expected_size(files)
+    shown = json.loads(cli(wk, "model", "get", "use-0", "--json").stdout)["localPaths"][0]["sharedCopy"]
+    assert shown["models"] == ["use-0", "use-1", "use-2"] and shown["state"] == "Ready"

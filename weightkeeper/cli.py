@@ -19,9 +19,10 @@ from rich.table import Table
 
 from weightkeeper.config import Settings, load_settings
 from weightkeeper.errors import ConflictError, InvalidInputError, NotFoundError, WeightkeeperError
+from weightkeeper.planning import workspace_usage
 from weightkeeper.registry import Model, Registry
 from weightkeeper.registry.common import DELETING, READY
-from weightkeeper.service import declare_model, registry_for
+from weightkeeper.service import declare_model, move_model, registry_for
 
 console = Console()
 err_console = Console(stderr=True)
@@ -120,13 +121,18 @@ def _launch(args, settings: Settings, registry: Registry, flow: str, name: str) 
 
 
 def cmd_workspace_list(args, settings: Settings) -> int:
+    registry = registry_for(settings)
+    usage = workspace_usage(
+        settings.workspaces,
+        [(p.workspace, p.path, p.size_bytes, p.artifact_id) for m in registry.list_models() for p in m.local_paths],
+        [(a.cluster, a.volume, a.size_bytes) for a in registry.list_artifacts()])
     rows = [{"name": w.name, "cluster": w.cluster, "volume": w.volume, "public": w.public, "owner": w.owner,
-             "modelsDir": w.models_dir} for w in settings.workspaces]
+             "modelsDir": w.models_dir, **usage[w.name]} for w in settings.workspaces]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     table = Table()
-    for column in ("name", "cluster", "volume", "public", "owner", "modelsDir"):
+    for column in ("name", "cluster", "volume", "public", "owner", "modelsDir", "storedBytes", "withoutSharingBytes"):
         table.add_column(column)
     for r in rows:
         table.add_row(*("" if r[c] is None else str(r[c]) for c in r))
@@ -153,6 +159,16 @@ def cmd_model_ensure(args, settings: Settings) -> int:
     return _launch(args, settings, registry, "ensure-model", model.name)
 
 
+def cmd_model_update(args, settings: Settings) -> int:
+    registry = registry_for(settings)
+    model = move_model(settings, registry, args.name, subpath=args.subpath, download_policy=args.download_policy)
+    console.print(f"model {model.name} now targets "
+                  + ", ".join(p.path for p in model.local_paths if not p.retired)
+                  + "".join(f"; {p.path} is cleaned once the new paths are Ready" for p in model.local_paths
+                            if p.retired))
+    return _launch(args, settings, registry, "ensure-model", model.name)
+
+
 def cmd_model_list(args, settings: Settings) -> int:
     models = registry_for(settings).list_models(include_deleting=args.include_deleting, phase=args.phase,
                                                 workspace=args.workspace)
@@ -171,14 +187,19 @@ def cmd_model_list(args, settings: Settings) -> int:
 
 
 def cmd_model_get(args, settings: Settings) -> int:
-    model = registry_for(settings).get_model(args.name)
+    registry = registry_for(settings)
+    model = registry.get_model(args.name)
+    shared = {a.id: a.to_json() for a in (registry.get_artifact(i) for i in {p.artifact_id for p in model.local_paths
+                                                                           if p.artifact_id}) if a}
     if args.json:
-        print(json.dumps(model.to_json(), indent=2))
+        print(json.dumps(model.to_json(shared), indent=2))
         return 0
     console.print(f"source: {model.source}  commit: {model.commit or '-'}  owner: {model.owner_name}")
     if model.message:
         console.print(f"message: {model.message}")
     console.print(_paths_table(model))
+    for copy in shared.values():
+        console.print(f"shared copy {copy['path']} ({copy['state']}) used by {', '.join(copy['models'])}")
     return 0
 
 
@@ -192,6 +213,19 @@ def cmd_model_delete(args, settings: Settings) -> int:
 def cmd_run(args, settings: Settings) -> int:
     """Run one flow in this process (used by background launches)."""
     _run_flow(args.flow, args.name)
+    return 0
+
+
+def cmd_reconcile(args, settings: Settings) -> int:
+    """One reconcile pass here, or (with --every) a Prefect deployment served on that interval."""
+    from flows.reconcile import reconcile
+
+    if args.every:
+        reconcile.serve(name="reconcile", interval=args.every)
+        return 0
+    outcomes = reconcile()
+    for path, outcome in sorted(outcomes.items()):
+        console.print(f"{outcome:>14}  {path}")
     return 0
 
 
@@ -228,6 +262,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--wait", action="store_true")
     p.set_defaults(func=cmd_model_ensure)
+    p = model.add_parser("update", help="move a model to a new subpath and/or download policy")
+    p.add_argument("name")
+    p.add_argument("--subpath", help="new directory below the volume root (omit for the default layout)")
+    p.add_argument("--download-policy", choices=["always-download", "reuse-if-exists"])
+    p.add_argument("--wait", action="store_true")
+    p.set_defaults(func=cmd_model_update)
     p = model.add_parser("list", help="list models")
     p.add_argument("--include-deleting", action="store_true", help="also models still being deleted")
     p.add_argument("--phase")
@@ -242,6 +282,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--wait", action="store_true", help="run here until the model is released")
     p.set_defaults(func=cmd_model_delete)
+
+    p = sub.add_parser("reconcile", help="verify every copy, repair damage, collect unused shared copies")
+    p.add_argument("--every", type=int, metavar="SECONDS", help="serve it as a scheduled deployment instead")
+    p.set_defaults(func=cmd_reconcile)
 
     p = sub.add_parser("run", help=argparse.SUPPRESS)
     p.add_argument("flow", choices=["ensure-model", "delete-model"])

@@ -82,3 +82,28 @@ def path_decision(holders: Iterable[tuple[str, bool]]) -> tuple[str, str | None]
     if holders:
         return "wait", holders[0][0]
     return "free", None
+
+
+def workspace_usage(workspaces: Sequence[Workspace], paths: Iterable[tuple[str, str, int | None, int | None]],
+                    copies: Iterable[tuple[str, str, int | None]]) -> dict[str, dict[str, int]]:
+    """Bytes each workspace stores, and would store without sharing.
+
+    `paths` are (workspace, path, size, shared copy id or None) of live entries; `copies` are
+    (cluster, volume, size) of shared copies. An own copy counts once per path; a shared copy
+    once per volume; without sharing every entry is a copy of its own.
+    """
+    usage = {w.name: {"storedBytes": 0, "withoutSharingBytes": 0} for w in workspaces}
+    seen: set[tuple[str, str]] = set()
+    for workspace, path, size, shared in paths:
+        if workspace not in usage:
+            continue
+        usage[workspace]["withoutSharingBytes"] += size or 0
+        if shared is None and (workspace, path) not in seen:
+            seen.add((workspace, path))
+            usage[workspace]["storedBytes"] += size or 0
+    for cluster, volume, size in copies:
+        for w in workspaces:
+            if w.cluster == cluster and w.volume == volume:
+                usage[w.name]["storedBytes"] += size or 0
+                break
+    return usage

@@ -33,3 +33,12 @@ def declare_model(settings: Settings, registry: Registry, *, name: str, source: 
                      targets=list(workspaces) if workspaces else None, subpath=subpath,
                      download_policy=download_policy, keep_files=keep_files)
     return registry.create_model(spec, plan)
+
+
+def move_model(settings: Settings, registry: Registry, name: str, *, subpath: str | None,
+               download_policy: str | None) -> Model:
+    """Give a model a new subpath and/or policy: the new paths are filled first, then the old ones cleaned."""
+    model = registry.get_model(name)
+    subpath = validate_subpath(subpath)
+    plan = plan_paths(settings.workspaces, model.repo_id, model.owner_name, model.targets, subpath)
+    return registry.update_model(name, plan, subpath, validate_policy(download_policy or model.download_policy))

@@ -54,11 +54,16 @@ class LocalPath:
     holder: Holder | None
     heartbeat_at: datetime | None
     verified_at: datetime | None
+    retired: bool
 
-    def to_json(self) -> dict:
-        return {"workspace": self.workspace, "cluster": self.cluster, "path": self.path, "status": self.status,
-                "sizeBytes": self.size_bytes, "message": self.message, "shared": self.artifact_id is not None,
-                "progress": {"bytesDone": self.bytes_done, "bytesTotal": self.bytes_total}}
+    def to_json(self, shared: dict | None = None) -> dict:
+        out = {"workspace": self.workspace, "cluster": self.cluster, "path": self.path, "status": self.status,
+               "retired": self.retired,
+               "sizeBytes": self.size_bytes, "message": self.message, "shared": self.artifact_id is not None,
+               "progress": {"bytesDone": self.bytes_done, "bytesTotal": self.bytes_total}}
+        if shared is not None:
+            out["sharedCopy"] = shared
+        return out
 
 
 @dataclass
@@ -88,14 +93,16 @@ class Model:
     def is_deleted(self) -> bool:
         return self.deletion_time is not None
 
-    def to_json(self) -> dict:
+    def to_json(self, shared: dict[int, dict] | None = None) -> dict:
+        """`shared` maps artifact ids to their description, to show which copy a path links to."""
+        shared = shared or {}
         return {
             "name": self.name, "owner": {"name": self.owner_name, "uid": self.owner_uid}, "source": self.source,
             "commit": self.commit, "tokenBlock": self.token_block, "targets": self.targets, "subpath": self.subpath,
             "downloadPolicy": self.download_policy, "keepFiles": self.keep_files,
             "phase": self.phase, "message": self.message, "createdAt": _iso(self.created_at),
             "updatedAt": _iso(self.updated_at), "isDeleted": self.is_deleted, "deletionTime": _iso(self.deletion_time),
-            "localPaths": [p.to_json() for p in self.local_paths],
+            "localPaths": [p.to_json(shared.get(p.artifact_id)) for p in self.local_paths],
         }
 
 
@@ -134,7 +141,7 @@ def _path_view(row: LocalPathRow) -> LocalPath:
         holder = Holder(row.holder, row.holder_host or "", row.holder_pid or 0, row.holder_started or 0.0)
     return LocalPath(row.id, row.workspace, row.cluster, row.path, row.status, row.message, row.size_bytes,
                      row.bytes_done, row.bytes_total, row.owned, row.artifact_id, holder, _utc(row.heartbeat_at),
-                     _utc(row.verified_at))
+                     _utc(row.verified_at), row.retired)
 
 
 def _view(row: ModelRow) -> Model:
@@ -283,6 +290,31 @@ class Registry(ArtifactOps):
                 raise ConflictError(f"model {spec.name!r} already exists", "AlreadyExists") from None
             return _view(row)
 
+    def update_model(self, name: str, plan: Plan, subpath: str | None, download_policy: str) -> Model:
+        """Move a live model: entries the new plan keeps stay, new ones are added Pending, the others are
+        retired (cleaned by the next ensure once the new paths are Ready). Its phase becomes Pending."""
+        now = utcnow()
+        with self._tx(path_lock=True) as s:
+            row = self._model(s, name)
+            if row.phase == DELETING:
+                raise ConflictError(f"model {name!r} is being deleted; it cannot be changed", "ResourceProcessing")
+            for p in plan.paths:
+                decision, holder = path_decision(self._owners(s, p.cluster, p.path, row))
+                if decision == "wait":
+                    raise ConflictError(f"path {p.path} is still being cleaned up by deleted model {holder!r}",
+                                        "ResourceProcessing")
+            wanted = {(p.cluster, p.path): p for p in plan.paths}
+            for entry in row.paths:
+                entry.retired = (entry.cluster, entry.path) not in wanted
+                wanted.pop((entry.cluster, entry.path), None)
+            row.paths.extend(LocalPathRow(workspace=p.workspace, cluster=p.cluster, path=p.path, status=PENDING,
+                                          message="", bytes_done=0, bytes_total=0, owned=False, updated_at=now)
+                             for p in wanted.values())
+            row.subpath, row.download_policy = subpath, download_policy
+            row.phase, row.message, row.updated_at = PENDING, "moving to new paths", now
+            s.flush()
+            return _view(row)
+
     def get_model(self, name: str) -> Model:
         with self._tx() as s:
             return _view(self._model(s, name, lock=False))
@@ -379,11 +411,11 @@ class Registry(ArtifactOps):
             return Claim("claimed")
 
     def claim_cleanup(self, name: str, path_id: int, holder: Holder, lease_seconds: float) -> bool:
-        """Take a deleting model's path for cleanup unless another worker's lease is fresh."""
+        """Take a deleting model's (or a retired) path for cleanup unless another worker's lease is fresh."""
         with self._tx() as s:
             row = self._model(s, name)
             p = self._path(row, path_id)
-            if row.phase != DELETING or self._busy(p, holder, lease_seconds):
+            if (row.phase != DELETING and not p.retired) or self._busy(p, holder, lease_seconds):
                 return False
             self._hold(p, holder, CLEANING)
             return True
@@ -440,9 +472,9 @@ class Registry(ArtifactOps):
             p.status, p.message, p.updated_at = status, message, utcnow()
 
     def remove_path(self, name: str, path_id: int) -> None:
-        """Drop a path entry of a deleting model: call only once its directory is gone."""
+        """Drop a path entry of a deleting model (or a retired one): call only once its directory is gone."""
         with self._tx() as s:
             row = self._model(s, name)
-            if row.phase != DELETING:
+            if row.phase != DELETING and not self._path(row, path_id).retired:
                 raise ConflictError(f"model {name!r} is not being deleted; its paths stay", "NotDeleting")
             s.execute(delete(LocalPathRow).where(LocalPathRow.id == path_id, LocalPathRow.model_id == row.id))
