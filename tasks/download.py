@@ -146,10 +146,15 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
                 registry.set_artifact(artifact.id, holder, A_DOWNLOADING, f"downloading for model {model.name!r}")
                 fetch_into(settings, registry, model, snapshot, Path(path), reporter)
                 problems = verify_copy(path, snapshot.files, deep=True, workers=settings.verify_workers)
-                for problem in problems:
-                    discard(path, problem.path)
+                if problems:  # files found in place (not fetched now) can be damaged: fetch those again
+                    get_run_logger().warning("%s: shared copy %s: %s; fetching again", model.name, path,
+                                             "; ".join(map(str, problems)))
+                    for problem in problems:
+                        discard(path, problem.path)
+                    fetch_into(settings, registry, model, snapshot, Path(path), reporter)
+                    problems = verify_copy(path, snapshot.files, deep=True, workers=settings.verify_workers)
                 if problems:
-                    raise DownloadError(f"shared copy {path} failed verification ({problems[0]}); refetching")
+                    raise DownloadError(f"shared copy {path} failed verification ({problems[0]})")
                 mark_ready(path, snapshot.commit)
                 registry.set_artifact(artifact.id, holder, A_DOWNLOADING, "verified", size_bytes=directory_size(path),
                                       verified=True)
@@ -217,6 +222,9 @@ def record_size(name: str, path_id: int) -> int:
     _, registry = runtime()
     entry = _entry(registry, name, path_id)
     size = directory_size(entry.path)
-    registry.finish_path(name, path_id, path_holder(path_id), READY, f"{size} bytes", size)
+    note = ""
+    if registry.get_model(name).download_policy == REUSE_IF_EXISTS and entry.artifact_id is None:
+        note = " (own copy: the path already held files, so it was not linked to the shared copy)"
+    registry.finish_path(name, path_id, path_holder(path_id), READY, f"{size} bytes{note}", size)
     get_run_logger().info("%s: %s is Ready, %d bytes", name, entry.path, size)
     return size

@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# name: (file, original text, broken text, tests that must go red)
+# name: (file, original text, broken text, tests that must go red); texts may be tuples of several edits
 MUTATIONS = {
     "guard-volume-root": ("weightkeeper/guard.py", 'raise _refuse(path, "it is a workspace volume root")', "pass",
                           "tests/test_guard.py"),
@@ -77,6 +77,38 @@ MUTATIONS = {
                            "        logger.info('token %s', load_token(registry.get_model(name).token_block))\n"
                            "        logger.info(\"%s: %d of %d files to fetch into %s\"",
                            "tests/test_lifecycle.py::test_gated_repo_needs_the_token_block_and_never_leaks_it"),
+    "artifact-exclusion": ("tasks/download.py",
+                           ("            if registry.claim_artifact(artifact.id, holder, settings.lease_seconds):",
+                            "        with file_lock(lock_path(path), on_wait"),
+                           ("            if True:", "        with (lambda **kw: contextlib.nullcontext())(on_wait"),
+                           "tests/test_sharing.py::test_concurrent_creators_download_exactly_once"),
+    "gc-link-scan": ("weightkeeper/sharing.py", "                if resolved == target or resolved.startswith(target + os.sep):",
+                     "                if False:", "tests/test_sharing.py::test_a_link_planted_by_hand_keeps_the_copy_until_it_is_gone"),
+    "keep-files": ("tasks/cleanup.py", "        if registry.get_model(name).keep_files:", "        if False:",
+                   "tests/test_sharing.py::test_keep_files_leaves_the_link_and_the_copy"),
+    "no-adoption": ("weightkeeper/sharing.py", '''    return f"{path} already holds files''', '''    return None
+    return f"{path} already holds files''',
+                    "tests/test_sharing.py::test_a_path_that_holds_files_keeps_its_own_copy"),
+    "repair-only-damaged": ("tasks/verify.py", "    for problem in problems:\n        discard(root, problem.path)",
+                            "    for problem in [Problem(f.path, 'all') for f in snapshot.files]:\n        discard(root, problem.path)",
+                            "tests/test_sharing.py::test_reconcile_repairs_only_the_damaged_file"),
+    "fail-during-repair": ("tasks/verify.py", "    touched = registry.set_users(artifact.id, FAILED, message)", "    touched = []",
+                           "tests/test_sharing.py::test_reconcile_repairs_only_the_damaged_file"),
+    "unreachable-limit": ("tasks/verify.py", "        if e.permanent or down_for >= settings.hub_unreachable_seconds:",
+                          "        if False:",
+                          "tests/test_sharing.py::test_hub_unreachable_during_repair_fails_the_models_until_it_is_back"),
+    "artifacts-guard": ("weightkeeper/guard.py", "        if ARTIFACTS_DIR in segments and not artifact:", "        if False:",
+                        "tests/test_guard.py"),
+    "relative-link": ("weightkeeper/layout.py", "    return posixpath.relpath(artifact, posixpath.dirname(path))",
+                      "    return artifact", "tests/test_layout.py tests/test_sharing.py::test_two_models_share_one_copy_and_it_goes_with_the_last"),
+    "outside-models-root": ("weightkeeper/layout.py", '''        return f"{path} is outside the models root''', '''        return None
+        return f"{path} is outside the models root''',
+                            "tests/test_layout.py tests/test_sharing.py::test_a_shared_model_outside_the_models_root_fails"),
+    "verify-after-download": ("tasks/download.py",
+                              "                problems = verify_copy(path, snapshot.files, deep=True, "
+                              "workers=settings.verify_workers)\n                if problems:  # files found",
+                              "                problems = []\n                if problems:  # files found",
+                              "tests/test_sharing.py::test_shared_copy_is_verified_before_it_is_used"),
 }
 
 
@@ -87,8 +119,13 @@ def run(name: str) -> bool:
         shutil.copytree(ROOT, scratch / "tree", ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__"))
         target = scratch / "tree" / path
         text = target.read_text()
-        assert text.count(original) == 1, f"{name}: the original text is not found once in {path}"
-        text = text.replace(original, broken)
+        pairs = zip(original, broken) if isinstance(original, tuple) else [(original, broken)]
+        for old, new in pairs:
+            assert text.count(old) == 1, f"{name}: {old!r} is not found once in {path}"
+            text = text.replace(old, new)
+        if "contextlib." in text and "import contextlib" not in text:
+            text = text.replace("from __future__ import annotations\n",
+                                "from __future__ import annotations\nimport contextlib\n", 1)
         target.write_text(text)
         env = dict(os.environ, PYTHONPATH=str(scratch / "tree"), WK_TEST_DB="")
         proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests.split()],

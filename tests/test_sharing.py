@@ -93,6 +93,10 @@ def test_keep_files_leaves_the_link_and_the_copy(wk, hub):
     assert delete_model("reserve") == "Released"
     assert os.path.islink(link) and fetched_files(link)
     assert reconcile()[str(shared_dir(wk, "acme--reserve", commit))] == "linked"
+    hub.reset_stats()
+    wk.declare("later", "hf://acme/reserve", workspaces=["team-a"], subpath="models/later",
+               download_policy="reuse-if-exists")
+    assert ensure_model("later") == "Ready" and hub.get_count("acme/reserve") == 0  # the kept copy is reused
 
 
 def test_a_link_planted_by_hand_keeps_the_copy_until_it_is_gone(wk, hub):
@@ -119,7 +123,8 @@ def test_a_path_that_holds_files_keeps_its_own_copy(wk, hub):
     assert ensure_model("occupied") == "Ready"
     assert not path.is_symlink() and (path / "notes.txt").read_text() == "mine" and (path / SHARD).is_file()
     assert wk.registry.list_artifacts() == []
-    assert wk.registry.get_model("occupied").local_paths[0].artifact_id is None
+    entry = wk.registry.get_model("occupied").local_paths[0]
+    assert entry.artifact_id is None and "own copy: the path already held files" in entry.message
 
 
 def test_a_shared_model_outside_the_models_root_fails(wk, hub):
@@ -258,3 +263,37 @@ def test_workspace_listing_shows_what_sharing_saves(wk, hub):
     assert rows["team-b"]["withoutSharingBytes"] == 3 * expected_size(files)
     shown = json.loads(cli(wk, "model", "get", "use-0", "--json").stdout)["localPaths"][0]["sharedCopy"]
     assert shown["models"] == ["use-0", "use-1", "use-2"] and shown["state"] == "Ready"
+
+
+def test_shared_copy_is_verified_before_it_is_used(wk, hub):
+    files = tiny_files("preverify")
+    commit = hub.add_repo("acme/preverify", files)
+    copy = shared_dir(wk, "acme--preverify", commit)
+    copy.mkdir(parents=True)
+    (copy / SHARD).write_bytes(b"\0" * len(files[SHARD]))  # right size, wrong content, no ready marker
+    wk.declare("preverify", "hf://acme/preverify", workspaces=["team-a"], download_policy="reuse-if-exists")
+    assert ensure_model("preverify") == "Ready"
+    assert (copy / SHARD).read_bytes() == files[SHARD]
+
+
+def test_reconcile_runs_on_a_schedule(wk, hub):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, FlowRunFilterState
+    from prefect.client.schemas.filters import FlowRunFilterStateType
+    from prefect.client.schemas.objects import StateType
+
+    def completed() -> int:
+        with get_client(sync_client=True) as client:
+            return len(client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                name=FlowRunFilterName(any_=["reconcile"]),
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.COMPLETED])))))
+
+    before = completed()
+    served = subprocess.Popen([sys.executable, "-m", "weightkeeper.cli", "reconcile", "--every", "2"],
+                              env=dict(os.environ, PREFECT_RUNNER_POLL_FREQUENCY="1"), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_until(lambda: completed() >= before + 2, timeout=120, what="two scheduled reconcile runs")
+    finally:
+        os.killpg(served.pid, signal.SIGTERM)
+        served.wait(30)
