@@ -35,7 +35,7 @@ def delete_model(name: str) -> str:
     for future in futures:
         future.result()
     for artifact_id in sorted({p.artifact_id for p in paths if p.artifact_id}):
-        collect_shared_copy(artifact_id)
+        collect_shared_copy(artifact_id, return_state=True)  # a copy that cannot go now is reconcile's
     release_model(name)
     publish_paths(name)
     return "Released"

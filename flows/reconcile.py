@@ -8,14 +8,15 @@ from prefect.artifacts import create_markdown_artifact
 from tasks.cleanup import collect_shared_copy
 from tasks.verify import verify_model_path, verify_shared_copy
 from weightkeeper.registry.common import READY
-from weightkeeper.runtime import runtime
+from weightkeeper.runtime import ensure_download_limit, runtime
 
 
 @flow(name="reconcile", flow_run_name="reconcile")
 def reconcile() -> dict[str, str]:
     """One pass: a size check of every copy (a full hash when due), repairs, garbage collection."""
     logger = get_run_logger()
-    _, registry = runtime()
+    settings, registry = runtime()
+    ensure_download_limit(settings)  # repairs take download slots
     outcomes: dict[str, str] = {}
     shared = {a.path: verify_shared_copy.with_options(task_run_name=f"verify-{a.id}").submit(a.id)
               for a in registry.list_artifacts()}
@@ -24,7 +25,8 @@ def reconcile() -> dict[str, str]:
            for p in m.local_paths if p.artifact_id is None and p.owned and p.status in (READY, "Failed")
            and m.phase in (READY, "Failed")}
     for path, future in {**shared, **own}.items():
-        outcomes[path] = future.result()
+        future.wait()
+        outcomes[path] = future.result() if future.state.is_completed() else f"error: {future.state.message}"
     for artifact in registry.list_artifacts():
         if not artifact.users:
             outcomes[artifact.path] = collect_shared_copy(artifact.id)

@@ -13,8 +13,8 @@ from prefect import get_run_logger, task
 
 from tasks.download import path_holder
 from weightkeeper.errors import CleanupError, UnsafePathError
-from weightkeeper.fsops import remove_model_path
-from weightkeeper.sharing import links_into, unmark_ready
+from weightkeeper.fsops import remove_model_files, remove_model_path
+from weightkeeper.sharing import file_lock, links_into, lock_path, unmark_ready
 from weightkeeper.guard import check_removable
 from weightkeeper.registry import Holder, LocalPath
 from weightkeeper.registry.common import CLEANING, process_start_time, utcnow
@@ -107,6 +107,13 @@ def clean_path(name: str, path_id: int) -> str:
             logger.info("%s: %s is also used by live model %r; files kept", name, entry.path, other)
             return "kept"
         check_removable(entry.path, settings.volume_rules)
+        if entry.adopted:  # it held others' files first: take away only what weightkeeper put there
+            files = [f["path"] for f in registry.get_model(name).files or []]
+            left = remove_model_files(entry.path, files, settings.volume_rules)
+            registry.remove_path(name, path_id)
+            logger.info("%s: removed its files from %s; %d entries that were there before are kept",
+                        name, entry.path, left)
+            return "removed-own-files"
         removed = remove_model_path(entry.path, settings.volume_rules)
         registry.remove_path(name, path_id)
         logger.info("%s: %s %s", name, entry.path, "removed" if removed else "was already gone")
@@ -142,18 +149,24 @@ def collect_shared_copy(artifact_id: int) -> str:
     holder = Holder.here(f"collect/{artifact_id}")
     if not registry.claim_artifact(artifact_id, holder, settings.lease_seconds):
         return "busy"
+    def busy() -> None:
+        raise CleanupError(f"another process holds the lock on {artifact.path}")
+
     try:
-        links = links_into(str(Path(artifact.path).parents[2]), artifact.path)
-        if registry.get_artifact(artifact_id).users or links:
-            registry.set_artifact(artifact_id, holder, artifact.state, f"kept: linked from {', '.join(links)}"
-                                  if links else "kept: in use", release=True)
-            logger.info("shared copy %s kept: %s", artifact.path, ", ".join(links) or "in use")
-            return "linked"
-        unmark_ready(artifact.path)
-        remove_model_path(artifact.path, settings.volume_rules, artifact=True)
+        with file_lock(lock_path(artifact.path), on_wait=busy):
+            links = links_into(str(Path(artifact.path).parents[2]), artifact.path)
+            if registry.get_artifact(artifact_id).users or links:
+                registry.set_artifact(artifact_id, holder, artifact.state, f"kept: linked from {', '.join(links)}"
+                                      if links else "kept: in use", release=True)
+                logger.info("shared copy %s kept: %s", artifact.path, ", ".join(links) or "in use")
+                return "linked"
+            unmark_ready(artifact.path)
+            remove_model_path(artifact.path, settings.volume_rules, artifact=True)
+            if not registry.delete_artifact(artifact_id):
+                raise CleanupError(f"a model linked to {artifact.path} while it was being collected")
     except (CleanupError, UnsafePathError) as e:
         registry.set_artifact(artifact_id, holder, artifact.state, f"cannot collect: {e}", release=True)
-        raise
-    registry.delete_artifact(artifact_id)
+        logger.warning("shared copy %s not collected: %s", artifact.path, e)
+        return "busy"
     logger.info("shared copy %s deleted: no model uses it", artifact.path)
     return "collected"

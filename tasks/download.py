@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from prefect import get_run_logger, task
@@ -15,8 +17,8 @@ from prefect.states import Cancelled
 from tasks.snapshot import _transient
 from weightkeeper.config import Settings
 from weightkeeper.download import Snapshot, fetch_snapshot
-from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError
-from weightkeeper.fsops import directory_size
+from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError, UnsafePathError
+from weightkeeper.fsops import check_writable, directory_size
 from weightkeeper.layout import REUSE_IF_EXISTS, HfSource, artifact_path, link_target, sharing_problem
 from weightkeeper.registry import Holder, LocalPath, Model, Registry
 from weightkeeper.registry.artifacts import A_DOWNLOADING, A_PENDING, A_READY
@@ -44,10 +46,11 @@ def _missing(snapshot: Snapshot, target: Path) -> list[str]:
             if not ((target / f.path).is_file() and (target / f.path).stat().st_size == f.size)]
 
 
-def _claim(registry: Registry, name: str, entry: LocalPath, holder: Holder, lease: float) -> None:
+def _claim(registry: Registry, name: str, entry: LocalPath, holder: Holder, lease: float,
+           occupied: bool = False) -> None:
     """Wait until this run holds the path; fail the entry if another live model owns the directory."""
     while True:
-        claim = registry.claim_download(name, entry.id, holder, lease)
+        claim = registry.claim_download(name, entry.id, holder, lease, occupied)
         if claim.ok:
             return
         if claim.outcome == "deleting":
@@ -77,6 +80,32 @@ class Reporter:
             progress=0.0, key=f"progress-{name}-{entry.workspace}"[:100],
             description=f"Download of {name} into {entry.path}")
 
+    def _renew(self, done: int | None = None, message: str | None = None) -> None:
+        if not self.registry.heartbeat(self.name, self.entry.id, self.holder, done, self.total, message):
+            self.stopped = f"model {self.name!r} is being deleted; download into {self.entry.path} stopped"
+        elif (also := self.also) and not also():
+            self.stopped = f"another run took over the shared copy for {self.entry.path}"
+
+    @contextmanager
+    def keepalive(self, every: float) -> Iterator[None]:
+        """Renew the leases from a thread while work that moves no bytes (hashing, waiting) goes on."""
+        done = threading.Event()
+
+        def loop() -> None:
+            while not done.wait(every) and not self.stopped:
+                try:
+                    self._renew()
+                except Exception:  # noqa: BLE001 - a failed renewal is retried; expiry is the backstop
+                    pass
+
+        thread = threading.Thread(target=loop, name=f"keepalive-{self.name}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+
     def beat(self, done: int | None = None, message: str | None = None, force: bool = False) -> None:
         now = time.monotonic()
         if self.stopped:
@@ -84,10 +113,7 @@ class Reporter:
         if not force and now - self.last_beat < HEARTBEAT_SECONDS:
             return
         self.last_beat = now
-        if not self.registry.heartbeat(self.name, self.entry.id, self.holder, done, self.total, message):
-            self.stopped = f"model {self.name!r} is being deleted; download into {self.entry.path} stopped"
-        elif self.also and not self.also():
-            self.stopped = f"another run took over the shared copy for {self.entry.path}"
+        self._renew(done, message)
         if self.stopped:
             raise DownloadCancelled(self.stopped)
         if done is not None and (force or now - self.last_artifact >= ARTIFACT_SECONDS) and self.artifact:
@@ -126,6 +152,7 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
     (volume), so exactly one run downloads it and garbage collection never races a new link."""
     ws = settings.workspace(entry.workspace)
     path = artifact_path(ws.volume, snapshot.repo_id, snapshot.commit, ws.models_dir)
+    check_writable(path, settings.volume_rules, artifact=True)
     files = [f.to_json() for f in snapshot.files]
     while True:
         artifact = registry.artifact_for(snapshot.repo_id, snapshot.commit, entry.cluster, ws.volume, path, files)
@@ -137,7 +164,8 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
             continue
         reporter.beat(message=f"Waiting for run {artifact.holder} working on the shared copy {path}", force=True)
         time.sleep(WAIT_POLL_SECONDS)
-    state, message = A_PENDING, "download interrupted"
+    registry.link_path(model.name, entry.id, artifact.id)  # a user from now on: never collected under us
+    message = "download interrupted"
     try:
         reporter.also = lambda: registry.heartbeat_artifact(artifact.id, holder)
         with file_lock(lock_path(path), on_wait=lambda: reporter.beat(
@@ -162,11 +190,11 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
             if os.path.isdir(entry.path) and not os.path.islink(entry.path):
                 os.rmdir(entry.path)  # an empty directory left by an earlier run becomes the link
             make_link(entry.path, link_target(entry.path, path))
-            registry.link_path(model.name, entry.id, artifact.id)
-            state, message = A_READY, "verified"
+            message = "verified"
     finally:
         reporter.also = None
-        registry.set_artifact(artifact.id, holder, state, message, release=True)
+        state = A_READY if is_ready(path, snapshot.commit) else A_PENDING
+        registry.set_artifact(artifact.id, holder, state, message if state == A_PENDING else "verified", release=True)
 
 
 @task(name="download-snapshot", retries=2, retry_delay_seconds=[10, 30], retry_condition_fn=_transient)
@@ -183,17 +211,27 @@ def download_snapshot(name: str, path_id: int, snapshot: Snapshot):
     try:
         model = registry.get_model(name)
         ws = settings.workspace(entry.workspace)
-        if model.download_policy == REUSE_IF_EXISTS and (problem := sharing_problem(entry.path, ws.volume, ws.models_dir)):
-            raise DownloadError(f"{problem}; use always-download or a path inside the models root", permanent=True)
-        _claim(registry, name, entry, holder, settings.lease_seconds)
-        reporter = Reporter(registry, name, entry, holder, snapshot.total_bytes)
+        if ws is None or not ws.volume:
+            raise DownloadError(f"workspace {entry.workspace!r} of {entry.path} is no longer declared with a volume "
+                                f"in {settings.config_path or 'the config'}", permanent=True)
         sharing = model.download_policy == REUSE_IF_EXISTS
+        if sharing and (problem := sharing_problem(entry.path, ws.volume, ws.models_dir)):
+            raise DownloadError(f"{problem}; use always-download or a path inside the models root", permanent=True)
+        check_writable(entry.path, settings.volume_rules)
         shared = artifact_path(ws.volume, snapshot.repo_id, snapshot.commit, ws.models_dir)
+        occupied = target.is_dir() and not target.is_symlink() and any(target.iterdir())
+        _claim(registry, name, entry, holder, settings.lease_seconds, occupied)
+        reporter = Reporter(registry, name, entry, holder, snapshot.total_bytes)
         refusal = adoption_problem(entry.path, shared) if sharing else None
-        if sharing and refusal is None:
-            link_shared_copy(settings, registry, model, entry, snapshot, reporter)
-            logger.info("%s: %s links to the shared copy %s", name, target, shared)
-        else:
+        with reporter.keepalive(max(1.0, settings.lease_seconds / 3)):
+            if sharing and refusal is None:
+                link_shared_copy(settings, registry, model, entry, snapshot, reporter)
+                logger.info("%s: %s links to the shared copy %s", name, target, shared)
+                return target
+            if target.is_symlink():
+                raise DownloadError(f"{entry.path} is a link (to {os.readlink(target)}), not a directory of its own; "
+                                    "move the model to a new path with `weightkeeper model update --subpath`",
+                                    permanent=True)
             if refusal:
                 logger.warning("%s: %s", name, refusal)
                 registry.heartbeat(name, path_id, holder, message=refusal)
@@ -210,10 +248,13 @@ def download_snapshot(name: str, path_id: int, snapshot: Snapshot):
                              str(e) if last_try else f"{e} (attempt {task_run.run_count}, retrying)")
         logger.error("%s: download into %s failed: %s", name, target, e)
         raise
-    except OSError as e:
-        error = DownloadError(f"cannot write into {target}: {e.strerror or e}", permanent=True)
+    except (OSError, UnsafePathError) as e:
+        error = DownloadError(f"cannot write into {target}: {getattr(e, 'strerror', None) or e}", permanent=True)
         registry.finish_path(name, path_id, holder, FAILED, str(error))
         raise error from None
+    except Exception as e:  # noqa: BLE001 - never leave the path Downloading behind a lease
+        registry.finish_path(name, path_id, holder, FAILED, f"unexpected error: {type(e).__name__}: {e}")
+        raise
 
 
 @task(name="record-size")

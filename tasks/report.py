@@ -5,6 +5,8 @@ from __future__ import annotations
 from prefect import task
 from prefect.artifacts import create_table_artifact
 
+from weightkeeper.errors import InvalidInputError
+from weightkeeper.planning import plan_paths
 from weightkeeper.registry.common import DELETING, FAILED, READY
 from weightkeeper.runtime import runtime
 
@@ -12,7 +14,7 @@ from weightkeeper.runtime import runtime
 @task(name="finish-model")
 def finish_model(name: str) -> str:
     """Ready when every path is Ready; Failed (with the reasons) when any failed; else unchanged."""
-    _, registry = runtime()
+    settings, registry = runtime()
     model = registry.find_model(name)
     if model is None:
         return "Released"
@@ -20,8 +22,13 @@ def finish_model(name: str) -> str:
         return model.phase
     current = [p for p in model.local_paths if not p.retired]
     failed = [p for p in current if p.status == FAILED]
-    if not current:
-        model = registry.set_phase(name, FAILED, model.message or "the model has no download target")
+    try:
+        skipped = plan_paths(settings.workspaces, model.repo_id, model.owner_name, model.targets,
+                             model.subpath).skipped
+    except InvalidInputError as e:  # the config changed under the model
+        skipped = (str(e),)
+    if not current or skipped:
+        model = registry.set_phase(name, FAILED, "; ".join(skipped) or "the model has no download target")
     elif failed:
         model = registry.set_phase(name, FAILED, "; ".join(f"{p.workspace}: {p.message}" for p in failed))
     elif all(p.status == READY for p in current):

@@ -11,7 +11,7 @@ from prefect.runtime import flow_run
 
 from weightkeeper.config import Settings
 from weightkeeper.download import RemoteFile, Snapshot, fetch_snapshot
-from weightkeeper.errors import DownloadError
+from weightkeeper.errors import DownloadCancelled, DownloadError
 from weightkeeper.fsops import directory_size
 from weightkeeper.layout import HfSource
 from weightkeeper.registry import Holder, Registry
@@ -67,11 +67,15 @@ def _repair_shared_copy(settings, registry: Registry, artifact, files, problems,
     token_block = next((registry.get_model(u.model).token_block for u in artifact.users), None)
 
     def beat(_done: int) -> None:
-        registry.heartbeat_artifact(artifact.id, holder)
+        if not registry.heartbeat_artifact(artifact.id, holder):
+            raise DownloadCancelled(f"another run took over the shared copy {artifact.path}")
 
     try:
         _refetch(settings, Snapshot(artifact.repo_id, artifact.commit, files), artifact.path, token_block, problems,
                  beat)
+    except DownloadCancelled as e:
+        logger.warning("repair of %s stopped: %s", artifact.path, e)
+        return "taken over"
     except DownloadError as e:
         since = artifact.unreachable_since or utcnow()
         down_for = (utcnow() - since).total_seconds()
@@ -103,8 +107,10 @@ def verify_model_path(name: str, path_id: int) -> str:
     """The same check and repair for a model's own copy (not linked to a shared one)."""
     logger = get_run_logger()
     settings, registry = runtime()
-    model = registry.get_model(name)
-    entry = next(p for p in model.local_paths if p.id == path_id)
+    model = registry.find_model(name)
+    entry = next((p for p in model.local_paths if p.id == path_id), None) if model else None
+    if entry is None:
+        return "gone"
     files = tuple(RemoteFile.from_json(f) for f in model.files or [])
     problems = verify_copy(entry.path, files, deep=_due(entry.verified_at, settings) or entry.status != READY,
                            workers=settings.verify_workers)
@@ -118,9 +124,15 @@ def verify_model_path(name: str, path_id: int) -> str:
     registry.heartbeat(name, path_id, holder, message=message)
     registry.set_phase(name, FAILED, message)
     logger.warning("%s: %s", name, message)
+    def beat(_done: int) -> None:
+        if not registry.heartbeat(name, path_id, holder):
+            raise DownloadCancelled(f"model {name!r} is being deleted; repair of {entry.path} stopped")
+
     try:
-        _refetch(settings, Snapshot(model.repo_id, model.commit, files), entry.path, model.token_block, problems,
-                 lambda _done: registry.heartbeat(name, path_id, holder))
+        _refetch(settings, Snapshot(model.repo_id, model.commit, files), entry.path, model.token_block, problems, beat)
+    except DownloadCancelled as e:
+        registry.finish_path(name, path_id, holder, FAILED, str(e))
+        return "cancelled"
     except DownloadError as e:
         registry.finish_path(name, path_id, holder, FAILED, f"{message}; {e}")
         return "postponed"

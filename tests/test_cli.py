@@ -85,3 +85,16 @@ def test_bad_input_gets_one_line_errors(wk, tmp_path):
     bad.write_text('[[workspaces]]\nname = "x"\nvolume = "relative"\n')
     proc = cli(wk, "--config", str(bad), "workspace", "list", check=False)
     assert proc.returncode == 1 and "must be an absolute, clean path" in proc.stderr
+
+
+def test_config_flag_reaches_the_flows(wk, hub, monkeypatch):
+    hub.add_repo("acme/flag", tiny_files("flag"))
+    monkeypatch.delenv("WEIGHTKEEPER_CONFIG")
+    env = {k: v for k, v in os.environ.items() if k != "WEIGHTKEEPER_CONFIG"}
+    for args in (["model", "create", "flag", "--source", "hf://acme/flag", "--workspace", "team-a", "--wait"],
+                 ["model", "delete", "flag", "--wait"]):
+        proc = subprocess.run([sys.executable, "-m", "weightkeeper.cli", "--config", str(wk.config), *args], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+    assert wk.registry.find_model("flag") is None
+    assert not (wk.volumes["team-a"] / "models" / "acme--flag").exists()

@@ -172,3 +172,33 @@ def test_garbage_collection_removes_nothing_but_a_shared_copy(path):
 def test_model_cleanup_never_enters_the_shared_copies(path):
     with pytest.raises(UnsafePathError):
         check_removable(path, VOLUMES)
+
+
+def test_discarding_a_damaged_entry_never_follows_a_link(tmp_path):
+    from weightkeeper.sharing import discard
+
+    outside = tmp_path / "home"
+    outside.mkdir()
+    (outside / "x.safetensors").write_text("precious")
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "sub").symlink_to(outside)
+    discard(str(copy), "sub/x.safetensors")
+    assert (outside / "x.safetensors").read_text() == "precious" and not os.path.lexists(copy / "sub")
+
+
+def test_nested_volumes_and_blocking_settings_are_refused(tmp_path):
+    from weightkeeper.config import load_settings
+    from weightkeeper.errors import ConfigError
+
+    cases = {
+        'max_concurrent_downloads = 0\n': "would block every download",
+        'lease_seconds = 0\n': "lease_seconds must be positive",
+        '[[workspaces]]\nname = "a"\nvolume = "/mnt/a"\n[[workspaces]]\nname = "b"\nvolume = "/mnt/a/models/x"\n':
+            "must not nest",
+    }
+    for text, message in cases.items():
+        path = tmp_path / "c.toml"
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=message):
+            load_settings(path)

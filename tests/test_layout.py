@@ -142,3 +142,9 @@ def test_workspace_usage_counts_a_shared_copy_once():
                             [("c", "/v", 10)])
     assert usage == {"a": {"storedBytes": 15, "withoutSharingBytes": 25},
                      "b": {"storedBytes": 5, "withoutSharingBytes": 10}}
+
+
+@pytest.mark.parametrize("subpath", ["_artifacts", "models/_artifacts", "team/_artifacts/x"])
+def test_subpath_never_enters_the_shared_copies(subpath):
+    with pytest.raises(InvalidInputError, match="shared copies"):
+        model_path("/v", "o/n", subpath)

@@ -328,3 +328,26 @@ def test_download_cap_is_never_exceeded(wk, hub):
     assert [r.result.get("value") for r in runs] == ["Ready"] * 8
     assert hub.peak_concurrent_repos == 2
     assert messages and all(re.fullmatch(r"Waiting for a download slot \([0-2]/2 in use\)", m) for m in messages)
+
+
+def test_a_directory_that_held_other_files_keeps_them_after_deletion(wk, hub):
+    files = tiny_files("adopted")
+    hub.add_repo("acme/adopted", files)
+    model = wk.declare("adopted", "hf://acme/adopted", workspaces=["team-a"])
+    path = Path(model.local_paths[0].path)
+    (path / "finetunes").mkdir(parents=True)
+    (path / "finetunes" / "mine.safetensors").write_bytes(b"mine")
+    assert ensure_model("adopted") == "Ready"
+    assert delete_model("adopted") == "Released"
+    assert fetched_files(str(path)) == ["finetunes/mine.safetensors"]
+
+
+def test_a_volumeless_private_target_fails_the_model_even_if_others_succeed(wk, hub):
+    wk.rewrite(hf_endpoint=hub.url, workspaces=wk._workspaces + [
+        {"name": "novol2", "public": False, "owner": "alice"}])
+    hub.add_repo("acme/mixed", tiny_files("mixed"))
+    wk.declare("mixed", "hf://acme/mixed", workspaces=["team-a", "novol2"])
+    assert ensure_model("mixed") == "Failed"
+    model = wk.registry.get_model("mixed")
+    assert "no volume" in model.message and model.local_paths[0].status == "Ready"
+

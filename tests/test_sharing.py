@@ -297,3 +297,27 @@ def test_reconcile_runs_on_a_schedule(wk, hub):
     finally:
         os.killpg(served.pid, signal.SIGTERM)
         served.wait(30)
+
+
+def test_a_partial_shared_copy_is_not_collected_while_its_model_lives(wk, hub):
+    commit = hub.add_repo("acme/partial", tiny_files("partial"), gated=True, token="hf_needed")
+    wk.declare("partial", "hf://acme/partial", workspaces=["team-a"], download_policy="reuse-if-exists")
+    assert ensure_model("partial") == "Failed"  # gated, no token: the copy stays incomplete
+    copy = shared_dir(wk, "acme--partial", commit)
+    assert reconcile()[str(copy)] in ("not downloaded", "busy", "in use")
+    assert wk.registry.list_artifacts() and wk.registry.list_artifacts()[0].users
+    assert delete_model("partial") == "Released"
+    assert not copy.exists() and wk.registry.list_artifacts() == []
+
+
+def test_an_own_copy_is_never_written_through_a_left_link(wk, hub):
+    commit = hub.add_repo("acme/leftlink", tiny_files("leftlink"))
+    wk.declare("keeper", "hf://acme/leftlink", workspaces=["team-a"], download_policy="reuse-if-exists",
+               keep_files=True)
+    assert ensure_model("keeper") == "Ready" and delete_model("keeper") == "Released"
+    wk.declare("writer", "hf://acme/leftlink", workspaces=["team-a"])
+    assert ensure_model("writer") == "Failed"
+    assert "is a link" in wk.registry.get_model("writer").message
+    copy = shared_dir(wk, "acme--leftlink", commit)
+    assert sorted(os.listdir(copy)) == sorted(["config.json", "tokenizer.json", "tokenizer_config.json", SHARD,
+                                               "model-00002-of-00002.safetensors", ".cache"])

@@ -308,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         settings = load_settings(args.config)
+        if settings.config_path:  # flows run here and in child processes read it from the environment
+            os.environ["WEIGHTKEEPER_CONFIG"] = str(settings.config_path)
         return args.func(args, settings)
     except (InvalidInputError, ConflictError, NotFoundError) as e:
         err_console.print(f"error: {e}", highlight=False)

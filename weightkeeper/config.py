@@ -141,6 +141,15 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
     names = [w.name for w in workspaces]
     if len(names) != len(set(names)):
         raise ConfigError(f"{where}: workspace names must be unique")
+    roots = sorted(w.volume for w in workspaces if w.volume)
+    for outer, inner in zip(roots, roots[1:]):
+        if inner.startswith(outer + "/"):
+            raise ConfigError(f"{where}: volume {inner} lies inside volume {outer}; volumes must not nest")
+    if _int(raw, "max_concurrent_downloads", 4, where) == 0:
+        raise ConfigError(f"{where}: max_concurrent_downloads = 0 would block every download; "
+                          "use a positive limit or a negative one for unlimited")
+    if _int(raw, "lease_seconds", 60, where) <= 0:
+        raise ConfigError(f"{where}: lease_seconds must be positive")
     timeout = _int(raw, "download_timeout_seconds", 10800, where)
     if timeout <= 0:
         raise ConfigError(f"{where}: download_timeout_seconds must be positive")

@@ -100,8 +100,10 @@ def hub_error(error: Exception, source: HfSource, endpoint: str | None) -> Downl
         permanent = status in (400, 401, 403)
         return DownloadError(f"{where} answered HTTP {status} for {source.repo_id}; "
                              f"{'fix access and retry' if permanent else 'will retry'}", permanent=permanent)
-    if isinstance(error, (httpx2.HTTPError, OSError)):
+    if isinstance(error, httpx2.HTTPError):
         return DownloadError(f"cannot reach {where} for {source.repo_id}: {error}; will retry")
+    if isinstance(error, OSError):
+        return DownloadError(f"download of {source.repo_id} from {where} was cut short: {error}; will retry")
     return DownloadError(f"downloading {source.repo_id} failed: {error}")
 
 
@@ -141,8 +143,8 @@ def expected_digest(remote: RemoteFile) -> str:
 class _HashingWriter:
     """The file object `http_get` writes to: hashes and counts what it writes."""
 
-    def __init__(self, f: BinaryIO, expected: RemoteFile, resume: int, on_bytes: Callable[[int], None]):
-        self._f, self._expected, self._on_bytes = f, expected, on_bytes
+    def __init__(self, f: BinaryIO, expected: RemoteFile, resume: int, on_bytes: Callable[[int], None], where: Path):
+        self._f, self._expected, self._on_bytes, self._where = f, expected, on_bytes, where
         self._hash = file_hasher(expected)
         if resume:
             f.seek(0)
@@ -152,7 +154,10 @@ class _HashingWriter:
 
     def write(self, chunk: bytes) -> int:
         self._hash.update(chunk)
-        n = self._f.write(chunk)
+        try:
+            n = self._f.write(chunk)
+        except OSError as e:  # a disk problem, not a network one: retrying the download does not help
+            raise DownloadError(f"cannot write {self._where}: {e.strerror or e}", permanent=True) from None
         self._on_bytes(len(chunk))
         return n
 
@@ -194,7 +199,7 @@ def _fetch_file(source: HfSource, commit: str, endpoint: str | None, headers: di
         if resume > remote.size:
             f.truncate(0)
             resume = 0
-        writer = _HashingWriter(f, remote, resume, on_bytes)
+        writer = _HashingWriter(f, remote, resume, on_bytes, part)
         url = hf_hub_url(source.repo_id, remote.path, revision=commit, endpoint=endpoint)
         try:
             http_get(url, writer, resume_size=resume, headers=headers, expected_size=remote.size,  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ import shutil
 import stat
 from collections.abc import Iterable
 
-from weightkeeper.download import CACHE_DIR
+from weightkeeper.download import CACHE_DIR, PARTIAL_DIR
 from weightkeeper.errors import CleanupError, UnsafePathError
 from weightkeeper.guard import VolumeRule, check_removable
 
@@ -35,6 +35,39 @@ def _check_parents(path: str, volume: VolumeRule) -> None:
     if os.path.realpath(parent) != expected:
         raise UnsafePathError(f"refusing to remove {path!r}: a directory above it inside volume {volume.root} "
                               "is a symlink")
+
+
+def check_writable(path: str, volumes: Iterable[VolumeRule], artifact: bool = False) -> None:
+    """What may not be removed is never written: the guard, and no symlinked directory above `path`."""
+    _check_parents(path, check_removable(path, volumes, artifact))
+
+
+def remove_model_files(path: str, files: Iterable[str], volumes: Iterable[VolumeRule]) -> int:
+    """For a directory that held others' files before weightkeeper came: remove only the listed files
+    and weightkeeper's cache, then the directories left empty. Returns how many entries remain."""
+    check_writable(path, volumes)
+    if os.path.islink(path) or not os.path.isdir(path):
+        return 0
+    root = os.path.realpath(path)
+    try:
+        for name in files:
+            full = os.path.join(path, name)
+            parent = os.path.realpath(os.path.dirname(full))
+            inside = parent == root or \
+                parent.startswith(root + os.sep)
+            if inside and (os.path.islink(full) or os.path.isfile(full)):
+                os.unlink(full)
+        if os.path.isdir(os.path.join(path, PARTIAL_DIR)):
+            shutil.rmtree(os.path.join(path, PARTIAL_DIR))
+        for current, _dirs, _files in os.walk(path, topdown=False, followlinks=False):
+            if current != path and not os.listdir(current):
+                os.rmdir(current)
+        remaining = len(os.listdir(path))
+        if not remaining:
+            os.rmdir(path)
+        return remaining
+    except OSError as e:
+        raise CleanupError(f"cannot remove {e.filename or path}: {e.strerror or e}") from None
 
 
 def remove_model_path(path: str, volumes: Iterable[VolumeRule], artifact: bool = False) -> bool:

@@ -96,6 +96,8 @@ def validate_subpath(subpath: str | None) -> str | None:
             f"invalid subpath {subpath!r}: use a relative path of letters, digits, '.', '_' and '-' segments "
             "(no '..', no leading or double '/')"
         )
+    if ARTIFACTS_DIR in segments:
+        raise InvalidInputError(f"invalid subpath {subpath!r}: {ARTIFACTS_DIR!r} holds the shared copies")
     return subpath
 
 

@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 from weightkeeper.config import Settings
-from weightkeeper.errors import InvalidInputError
+from weightkeeper.errors import InvalidInputError, UnsafePathError
+from weightkeeper.guard import check_removable
 from weightkeeper.layout import parse_source, validate_model_name, validate_policy, validate_subpath
-from weightkeeper.planning import plan_paths
+from weightkeeper.planning import Plan, plan_paths
 from weightkeeper.registry import Model, ModelSpec, Registry, open_registry
+
+
+def _guarded(settings: Settings, plan: Plan) -> Plan:
+    """Refuse a plan with any path the cleanup guard would refuse: what cannot be removed is never written."""
+    for p in plan.paths:
+        try:
+            check_removable(p.path, settings.volume_rules)
+        except UnsafePathError as e:
+            raise InvalidInputError(f"workspace {p.workspace!r} would get an unsafe path: {e}") from None
+    return plan
 
 
 def registry_for(settings: Settings) -> Registry:
@@ -27,7 +38,7 @@ def declare_model(settings: Settings, registry: Registry, *, name: str, source: 
     if not settings.workspaces:
         where = settings.config_path or "$WEIGHTKEEPER_CONFIG"
         raise InvalidInputError(f"no workspaces are declared; add [[workspaces]] to {where}")
-    plan = plan_paths(settings.workspaces, parsed.repo_id, owner_name, workspaces or None, subpath)
+    plan = _guarded(settings, plan_paths(settings.workspaces, parsed.repo_id, owner_name, workspaces or None, subpath))
     spec = ModelSpec(name=name, owner_name=owner_name, owner_uid=owner_uid, source=parsed.uri,
                      repo_id=parsed.repo_id, revision=parsed.revision, token_block=token_block,
                      targets=list(workspaces) if workspaces else None, subpath=subpath,
@@ -40,5 +51,5 @@ def move_model(settings: Settings, registry: Registry, name: str, *, subpath: st
     """Give a model a new subpath and/or policy: the new paths are filled first, then the old ones cleaned."""
     model = registry.get_model(name)
     subpath = validate_subpath(subpath)
-    plan = plan_paths(settings.workspaces, model.repo_id, model.owner_name, model.targets, subpath)
+    plan = _guarded(settings, plan_paths(settings.workspaces, model.repo_id, model.owner_name, model.targets, subpath))
     return registry.update_model(name, plan, subpath, validate_policy(download_policy or model.download_policy))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import stat
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -99,9 +100,16 @@ def links_into(models_root: str, artifact: str) -> list[str]:
 
 
 def discard(root: str, relative: str) -> None:
-    """Remove one damaged entry of a copy (file, link or directory), never following a link."""
-    full = os.path.join(root, relative)
-    if os.path.islink(full) or os.path.isfile(full):
-        os.unlink(full)
-    elif os.path.isdir(full):
-        shutil.rmtree(full)
+    """Remove one damaged entry of a copy (file, link or directory), never following a link: if a
+    directory on the way is a symlink, that link itself is what gets removed."""
+    current = root
+    for part in relative.split("/"):
+        current = os.path.join(current, part)
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(mode) or not stat.S_ISDIR(mode):
+            os.unlink(current)
+            return
+    shutil.rmtree(current)

@@ -69,6 +69,7 @@ class LocalPathRow(Leased, Base):
     artifact_id: Mapped[int | None] = mapped_column(ForeignKey("artifacts.id"), index=True)  # a link to a shared copy
     verified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # last full hash of an own copy
     retired: Mapped[bool] = mapped_column(Boolean, default=False)  # the model moved away: clean this path
+    adopted: Mapped[bool] = mapped_column(Boolean, default=False)  # held others' files before the first claim
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
     model: Mapped[ModelRow] = relationship(back_populates="paths")

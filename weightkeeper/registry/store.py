@@ -55,6 +55,7 @@ class LocalPath:
     heartbeat_at: datetime | None
     verified_at: datetime | None
     retired: bool
+    adopted: bool
 
     def to_json(self, shared: dict | None = None) -> dict:
         out = {"workspace": self.workspace, "cluster": self.cluster, "path": self.path, "status": self.status,
@@ -141,7 +142,7 @@ def _path_view(row: LocalPathRow) -> LocalPath:
         holder = Holder(row.holder, row.holder_host or "", row.holder_pid or 0, row.holder_started or 0.0)
     return LocalPath(row.id, row.workspace, row.cluster, row.path, row.status, row.message, row.size_bytes,
                      row.bytes_done, row.bytes_total, row.owned, row.artifact_id, holder, _utc(row.heartbeat_at),
-                     _utc(row.verified_at), row.retired)
+                     _utc(row.verified_at), row.retired, row.adopted)
 
 
 def _view(row: ModelRow) -> Model:
@@ -393,9 +394,12 @@ class Registry(ArtifactOps):
             live = [n for n, deleting in self._owners(s, p.cluster, p.path, row, share=False) if not deleting]
             return live[0] if live else None
 
-    def claim_download(self, name: str, path_id: int, holder: Holder, lease_seconds: float) -> Claim:
+    def claim_download(self, name: str, path_id: int, holder: Holder, lease_seconds: float,
+                       occupied: bool = False) -> Claim:
         """Take a path for downloading, unless the model is deleting, another worker's lease on the
-        entry is fresh, or another model owns the directory (deleting: wait; live: taken)."""
+        entry is fresh, or another model owns the directory (deleting: wait; live: taken). `occupied`: the
+        directory already holds files; on the first claim that marks the entry adopted, so cleanup later
+        removes only the files weightkeeper put there."""
         with self._tx(path_lock=True) as s:
             row = self._model(s, name)
             p = self._path(row, path_id)
@@ -407,6 +411,8 @@ class Registry(ArtifactOps):
             if decision != "free":
                 return Claim(decision, other)
             self._hold(p, holder, DOWNLOADING)
+            if not p.owned:
+                p.adopted = occupied
             p.owned = True
             return Claim("claimed")
 
@@ -437,8 +443,8 @@ class Registry(ArtifactOps):
         with self._tx() as s:
             row = self._model(s, name)
             p = self._path(row, path_id)
-            if p.holder != holder.run:
-                return False
+            if p.holder != holder.run or (row.phase == DELETING and p.status != CLEANING):
+                return False  # not renewed: the lease lapses even if the worker ignores the answer
             p.heartbeat_at = p.updated_at = utcnow()
             if bytes_done is not None:
                 p.bytes_done = bytes_done
@@ -446,7 +452,7 @@ class Registry(ArtifactOps):
                 p.bytes_total = bytes_total
             if message is not None:
                 p.message = message
-            return row.phase != DELETING or p.status == CLEANING
+            return True
 
     def finish_path(self, name: str, path_id: int, holder: Holder | None, status: str, message: str = "",
                     size_bytes: int | None = None) -> None:

@@ -42,6 +42,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column("artifact_id", sa.Integer, nullable=True))
         batch.add_column(sa.Column("verified_at", sa.DateTime(timezone=True), nullable=True))
         batch.add_column(sa.Column("retired", sa.Boolean, nullable=False, server_default=sa.false()))
+        batch.add_column(sa.Column("adopted", sa.Boolean, nullable=False, server_default=sa.false()))
         batch.create_index("ix_local_paths_artifact_id", ["artifact_id"])
         batch.create_foreign_key("fk_local_paths_artifact", "artifacts", ["artifact_id"], ["id"])
 
@@ -50,6 +51,7 @@ def downgrade() -> None:
     with op.batch_alter_table("local_paths") as batch:
         batch.drop_constraint("fk_local_paths_artifact", type_="foreignkey")
         batch.drop_index("ix_local_paths_artifact_id")
+        batch.drop_column("adopted")
         batch.drop_column("retired")
         batch.drop_column("verified_at")
         batch.drop_column("artifact_id")
