@@ -14,7 +14,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.runtime import flow_run, task_run
 from prefect.states import Cancelled
 
-from tasks.snapshot import _transient
+from tasks.snapshot import retry_transient
 from weightkeeper.config import Settings
 from weightkeeper.download import Snapshot, fetch_snapshot
 from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError, UnsafePathError
@@ -197,7 +197,7 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
         registry.set_artifact(artifact.id, holder, state, message if state == A_PENDING else "verified", release=True)
 
 
-@task(name="download-snapshot", retries=2, retry_delay_seconds=[10, 30], retry_condition_fn=_transient)
+@task(name="download-snapshot", retries=2, retry_delay_seconds=[10, 30], retry_condition_fn=retry_transient)
 def download_snapshot(name: str, path_id: int, snapshot: Snapshot):
     """Fill one path: claim it, then fetch an own copy, or link it to the shared copy (reuse-if-exists)."""
     logger = get_run_logger()

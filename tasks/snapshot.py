@@ -11,7 +11,7 @@ from weightkeeper.registry.common import DOWNLOADING, FAILED
 from weightkeeper.runtime import load_token, runtime
 
 
-def _transient(task, task_run, state) -> bool:
+def retry_transient(task, task_run, state) -> bool:
     """Retry network trouble; not what a retry cannot fix (permanent errors, a vanished model)."""
     try:
         state.result()
@@ -24,7 +24,7 @@ def _transient(task, task_run, state) -> bool:
     return False
 
 
-@task(name="resolve-revision", retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=_transient)
+@task(name="resolve-revision", retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=retry_transient)
 def resolve_revision(name: str) -> Snapshot:
     """Pin the model to a commit (a 40-hex revision is used as is) and record the files to fetch."""
     logger = get_run_logger()

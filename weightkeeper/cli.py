@@ -35,7 +35,7 @@ def _quiet_prefect_console() -> None:
             handler.setLevel(logging.WARNING)
 
 
-def _paths_table(model: Model) -> Table:
+def paths_table(model: Model) -> Table:
     table = Table(title=f"{model.name}: {model.phase}", title_justify="left")
     for column in ("workspace", "path", "status", "sizeBytes", "message"):
         table.add_column(column, overflow="fold")
@@ -113,7 +113,7 @@ def _launch(args, settings: Settings, registry: Registry, flow: str, name: str) 
     if model is None:
         console.print(f"model {name} released: every file it put down is gone")
         return 0
-    console.print(_paths_table(model))
+    console.print(paths_table(model))
     if model.phase != READY:
         err_console.print(f"model {name} is {model.phase}: {model.message}")
         return 1
@@ -197,7 +197,7 @@ def cmd_model_get(args, settings: Settings) -> int:
     console.print(f"source: {model.source}  commit: {model.commit or '-'}  owner: {model.owner_name}")
     if model.message:
         console.print(f"message: {model.message}")
-    console.print(_paths_table(model))
+    console.print(paths_table(model))
     for copy in shared.values():
         console.print(f"shared copy {copy['path']} ({copy['state']}) used by {', '.join(copy['models'])}")
     return 0

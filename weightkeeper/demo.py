@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from weightkeeper.cli import _paths_table, console, follow
+from weightkeeper.cli import paths_table, console, follow
 from weightkeeper.config import load_settings
 from weightkeeper.hubserver import HubServer
 from weightkeeper.service import declare_model, registry_for
@@ -69,7 +69,7 @@ def run_demo(source: str | None = None, offline: bool = False) -> int:
                       owner_uid=os.getuid())
         console.print("[bold]2. ensure-model[/] (a Prefect flow; runs show in the Prefect UI)")
         model = follow(registry, "demo", lambda: ensure_model("demo"))
-        console.print(_paths_table(model))
+        console.print(paths_table(model))
         if model.phase != "Ready":
             console.print(f"demo failed: {model.message}")
             return 1

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-PENDING, STAGING, DOWNLOADING, READY, FAILED, DELETING = "Pending", "Staging", "Downloading", "Ready", "Failed", "Deleting"
+PENDING, DOWNLOADING, READY, FAILED, DELETING = "Pending", "Downloading", "Ready", "Failed", "Deleting"
 WAITING, CLEANING = "Waiting", "Cleaning"
 
 
