@@ -115,7 +115,9 @@ def verify_model_path(name: str, path_id: int) -> str:
     problems = verify_copy(entry.path, files, deep=_due(entry.verified_at, settings) or entry.status != READY,
                            workers=settings.verify_workers)
     if not problems:
-        registry.set_path_verified(name, path_id, READY if entry.status == READY else entry.status)
+        if entry.status != READY:  # complete and correct after all: the path is Ready again
+            _restore_path(registry, name, path_id, None, entry.path, "verified complete")
+        registry.set_path_verified(name, path_id, READY)
         return "verified"
     holder = Holder.here(f"repair/{flow_run.id or 'local'}/{path_id}")
     if not registry.claim_download(name, path_id, holder, settings.lease_seconds).ok:
@@ -124,6 +126,7 @@ def verify_model_path(name: str, path_id: int) -> str:
     registry.heartbeat(name, path_id, holder, message=message)
     registry.set_phase(name, FAILED, message)
     logger.warning("%s: %s", name, message)
+
     def beat(_done: int) -> None:
         if not registry.heartbeat(name, path_id, holder):
             raise DownloadCancelled(f"model {name!r} is being deleted; repair of {entry.path} stopped")
@@ -136,9 +139,14 @@ def verify_model_path(name: str, path_id: int) -> str:
     except DownloadError as e:
         registry.finish_path(name, path_id, holder, FAILED, f"{message}; {e}")
         return "postponed"
-    size = directory_size(entry.path)
-    registry.finish_path(name, path_id, holder, READY, f"{size} bytes (repaired)", size)
+    _restore_path(registry, name, path_id, holder, entry.path, "repaired")
     registry.set_path_verified(name, path_id, READY)
-    if all(p.status == READY for p in registry.get_model(name).local_paths):
-        registry.set_phase(name, READY, f"restored: {entry.path} repaired")
     return "repaired"
+
+
+def _restore_path(registry: Registry, name: str, path_id: int, holder: Holder | None, path: str, how: str) -> None:
+    """Mark an own copy Ready with its size; the model too once all its paths are."""
+    size = directory_size(path)
+    registry.finish_path(name, path_id, holder, READY, f"{size} bytes ({how})", size)
+    if all(p.status == READY for p in registry.get_model(name).local_paths):
+        registry.set_phase(name, READY, f"restored: {path} {how}")
