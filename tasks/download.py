@@ -16,7 +16,7 @@ from prefect.states import Cancelled
 
 from tasks.snapshot import retry_transient
 from weightkeeper.config import Settings
-from weightkeeper.download import Snapshot, fetch_snapshot
+from weightkeeper.download import Snapshot, fetch_snapshot, in_place
 from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError, UnsafePathError
 from weightkeeper.fsops import check_writable, directory_size
 from weightkeeper.layout import REUSE_IF_EXISTS, HfSource, artifact_path, link_target, sharing_problem
@@ -42,8 +42,7 @@ def _entry(registry: Registry, name: str, path_id: int) -> LocalPath:
 
 
 def _missing(snapshot: Snapshot, target: Path) -> list[str]:
-    return [f.path for f in snapshot.files
-            if not ((target / f.path).is_file() and (target / f.path).stat().st_size == f.size)]
+    return [f.path for f in snapshot.files if not in_place(target, f)]
 
 
 def _claim(registry: Registry, name: str, entry: LocalPath, holder: Holder, lease: float,

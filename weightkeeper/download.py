@@ -179,11 +179,17 @@ class _HashingWriter:
         return self._hash.hexdigest() == expected_digest(self._expected)
 
 
+def in_place(target: Path, remote: RemoteFile) -> bool:
+    """The file is in the model directory already: a regular file (not a link) of the right size."""
+    dest = target / remote.path
+    return dest.is_file() and not dest.is_symlink() and dest.stat().st_size == remote.size
+
+
 def _fetch_file(source: HfSource, commit: str, endpoint: str | None, headers: dict, target: Path,
                 remote: RemoteFile, on_bytes: Callable[[int], None]) -> int:
     """Fetch one file into place; returns the bytes transferred (0 when already there)."""
     dest = target / remote.path
-    if dest.is_file() and not dest.is_symlink() and dest.stat().st_size == remote.size:
+    if in_place(target, remote):
         return 0
     part = target / PARTIAL_DIR / f"{remote.path}.part"
     root = os.path.realpath(target)
@@ -232,8 +238,8 @@ def fetch_snapshot(source: HfSource, snapshot: Snapshot, target: Path, endpoint:
     lock = threading.Lock()
     present = [0]
     for f in snapshot.files:
-        dest, part = target / f.path, target / PARTIAL_DIR / f"{f.path}.part"
-        present[0] += f.size if dest.is_file() and dest.stat().st_size == f.size else (
+        part = target / PARTIAL_DIR / f"{f.path}.part"
+        present[0] += f.size if in_place(target, f) else (
             min(part.stat().st_size, f.size) if part.is_file() else 0)
 
     def on_bytes(n: int) -> None:
