@@ -1,9 +1,10 @@
 """Bytes on disk for 10 models on one snapshot: shared (reuse-if-exists) vs 10 own copies.
 
-    .venv/bin/python bench/sharing.py [--models 10] [--mib 64]
+    .venv/bin/python bench/sharing.py [--models 10] [--mib 64] [--quick]
 
 Runs the real pipeline (ensure-model through Prefect, the real client, the loopback Hub server)
-and measures each volume with `du -sB1` (allocated bytes), the reference a user would run.
+and measures each volume with `du -sB1` (allocated bytes), the reference a user would run. Prints a
+row of bench/run_all.py's table; `--quick` uses 4 models of 16 MiB.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from _setup import prepare_environment
+
 
 def du(path: Path) -> int:
     return int(subprocess.run(["du", "-sB1", str(path)], capture_output=True, text=True, check=True).stdout.split()[0])
@@ -23,17 +26,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", type=int, default=10)
     parser.add_argument("--mib", type=int, default=64)
+    parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    os.environ.setdefault("PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE",
-                          "prefect.server.concurrency.lease_storage.filesystem")
-    os.environ.update(HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1", PREFECT_SERVER_ANALYTICS_ENABLED="false")
-    from flows.ensure_model import ensure_model
-    from weightkeeper.config import load_settings
-    from weightkeeper.hubserver import HubServer
-    from weightkeeper.service import declare_model, registry_for
-
+    if args.quick:
+        args.models, args.mib = 4, 16
     with tempfile.TemporaryDirectory(prefix="wk-bench-sharing-") as tmp:
         root = Path(tmp)
+        prepare_environment(root)
+        from flows.ensure_model import ensure_model
+        from weightkeeper.config import load_settings
+        from weightkeeper.hubserver import HubServer
+        from weightkeeper.service import declare_model, registry_for
+
         hub = HubServer(root / "hub").start()
         hub.add_repo("bench/shared", {"model.safetensors": os.urandom(args.mib << 20), "config.json": b"{}"})
         lines = [f'home = "{root}"', f'hf_endpoint = "{hub.url}"']
@@ -53,10 +57,8 @@ def main() -> None:
                 assert ensure_model(name) == "Ready"
         shared, copies = du(root / "reuse-if-exists"), du(root / "always-download")
         hub.stop()
-    print(f"{args.models} models on one {args.mib} MiB snapshot, bytes on disk (du -sB1):")
-    print(f"  reuse-if-exists  {shared:>14,}")
-    print(f"  always-download  {copies:>14,}")
-    print(f"  ratio            {copies / shared:.2f}x less with sharing")
+    print(f"| sharing: {args.models} models on one {args.mib} MiB snapshot, bytes on disk | {shared:,} (reuse-if-exists) "
+          f"| {copies:,} (always-download; `du -sB1`) | {copies / shared:.2f}x less with sharing |")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """Verification throughput against `sha256sum` on the same files, in the same run.
 
-    .venv/bin/python bench/verify.py [--files 4] [--mib 256]
+    .venv/bin/python bench/verify.py [--files 4] [--mib 256] [--quick]
 
 Both read warm files (each file is read once first), so the figures compare hashing, not the disk.
-Prints MiB/s for `sha256sum`, for `verify_copy` with 1 worker and with 4, and the ratios.
+Prints MiB/s for `sha256sum`, for `verify_copy` with 1 worker and with 4, and the ratios, as rows of
+bench/run_all.py's table. `--quick` uses 4 files of 32 MiB.
 """
 
 from __future__ import annotations
@@ -45,7 +46,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--mib", type=int, default=256)
+    parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
+    if args.quick:
+        args.mib = 32
     with tempfile.TemporaryDirectory(prefix="wk-bench-verify-") as tmp:
         root = Path(tmp)
         files = make_files(root, args.files, args.mib)
@@ -58,10 +62,9 @@ def main() -> None:
             elapsed = timed(lambda: verify_copy(root, files, deep=True, workers=workers))
             assert not verify_copy(root, files, deep=False)
             results[workers] = elapsed
-    print(f"data: {args.files} files x {args.mib} MiB = {total_mib} MiB, warm page cache, {os.cpu_count()} CPUs")
-    print(f"sha256sum            {total_mib / reference:8.1f} MiB/s")
     for workers, elapsed in results.items():
-        print(f"verify_copy workers={workers} {total_mib / elapsed:8.1f} MiB/s   ratio vs sha256sum {reference / elapsed:.2f}")
+        print(f"| verify {args.files} x {args.mib} MiB (warm cache), workers={workers} | {total_mib / elapsed:.0f} MiB/s "
+              f"| {total_mib / reference:.0f} MiB/s (`sha256sum`) | {reference / elapsed:.2f}x sha256sum's speed |")
 
 
 if __name__ == "__main__":

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 
+from flows.jobs import deployed, run_path_jobs
 from tasks.cleanup import clean_path
 from tasks.download import download_snapshot, record_size
 from tasks.report import finish_model, publish_paths
 from tasks.snapshot import resolve_revision
+from tasks.stage import stage_to_s3
+from weightkeeper.config import DOWNLOAD_FLOW, ENSURE_FLOW
+from weightkeeper.layout import HfSource, parse_source
 from weightkeeper.registry.common import DELETING, FAILED
+from weightkeeper.runs import holds_run_lease
 from weightkeeper.runtime import ensure_download_limit, runtime
 
 
-@flow(name="ensure-model", flow_run_name="ensure-{name}", log_prints=True)
+@flow(name=ENSURE_FLOW, flow_run_name="ensure-{name}", log_prints=True)
+@holds_run_lease(ENSURE_FLOW)
 def ensure_model(name: str) -> str:
     """Resolve the revision, download into each target path (capped by the global limit), record sizes."""
     logger = get_run_logger()
@@ -23,24 +29,32 @@ def ensure_model(name: str) -> str:
         return model.phase
     if model.local_paths:
         ensure_download_limit(settings)
-        snapshot = resolve_revision(name, return_state=True)
+        snapshot, step = resolve_revision(name, return_state=True), "resolve"
+        if snapshot.is_completed() and settings.staging and isinstance(parse_source(model.source), HfSource):
+            staged = stage_to_s3(name, snapshot.result(), return_state=True)  # once; workspaces fill from S3
+            if not staged.is_completed():
+                snapshot, step = staged, "stage"
         if snapshot.is_completed():
             snapshot = snapshot.result()
             recorded = []
             paths = registry.get_model(name).local_paths
-            for p in (p for p in paths if not p.retired):
-                download = download_snapshot.with_options(task_run_name=f"download-{name}-{p.workspace}").submit(
-                    name, p.id, snapshot)
-                recorded.append(record_size.with_options(task_run_name=f"record-size-{name}-{p.workspace}").submit(
-                    name, p.id, wait_for=[download]))
-            for future in recorded:
-                future.wait()
-            if all(f.state.is_completed() for f in recorded):
+            if deployed():  # each path is a download-to-path run in the work pool of its workspace
+                done = not run_path_jobs(DOWNLOAD_FLOW, name, [p for p in paths if not p.retired])
+            else:
+                for p in (p for p in paths if not p.retired):
+                    download = download_snapshot.with_options(task_run_name=f"download-{name}-{p.workspace}").submit(
+                        name, p.id, snapshot)
+                    recorded.append(record_size.with_options(
+                        task_run_name=f"record-size-{name}-{p.workspace}").submit(name, p.id, wait_for=[download]))
+                for future in recorded:
+                    future.wait()
+                done = all(f.state.is_completed() for f in recorded)
+            if done:
                 for p in (p for p in paths if p.retired):
                     clean_path.with_options(task_run_name=f"clean-{name}-{p.workspace}-retired")(
                         name, p.id, return_state=True)
         elif registry.get_model(name).phase != FAILED:
-            registry.set_phase(name, FAILED, f"cannot resolve {model.source}: {snapshot.message}")
+            registry.set_phase(name, FAILED, f"cannot {step} {model.source}: {snapshot.message}")
     phase = finish_model(name)
     publish_paths(name)
     model = registry.find_model(name)

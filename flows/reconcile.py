@@ -1,23 +1,110 @@
-"""reconcile: prove every copy complete and correct, repair what is not, collect unused shared copies."""
+"""reconcile: drive every model to its desired state, prove every copy complete and correct, repair what
+is not, collect unused shared copies, report directories that no model owns."""
 
 from __future__ import annotations
 
-from prefect import flow, get_run_logger
-from prefect.artifacts import create_markdown_artifact
+from pathlib import Path
 
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.client.orchestration import get_client
+from prefect.runtime import flow_run
+from prefect.states import Crashed
+
+from flows.jobs import deployed
 from tasks.cleanup import collect_shared_copy
 from tasks.verify import verify_model_path, verify_shared_copy
-from weightkeeper.registry.common import READY
+from weightkeeper.config import DELETE_FLOW, RECONCILE_FLOW, Settings
+from weightkeeper.desired import IN_PROGRESS, needed_run, orphans
+from weightkeeper.errors import NotFoundError
+from weightkeeper.registry import Registry
+from weightkeeper.registry.common import DELETING, READY
+from weightkeeper.registry.runs import RunLease
+from weightkeeper.runs import NoDeployment, reserve, start_deployment
 from weightkeeper.runtime import ensure_download_limit, runtime
 
 
-@flow(name="reconcile", flow_run_name="reconcile")
+def _flow_run_id(lease: RunLease) -> str | None:
+    """The Prefect flow run behind a lease (None for reservations and runs outside Prefect)."""
+    return None if lease.reserved or lease.holder.startswith("local/") else lease.holder
+
+
+@task(name="mark-crashed")
+def mark_crashed(run_id: str, model: str) -> str:
+    """A run whose lease lapsed is dead (killed with its worker): show it Crashed instead of Running."""
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(run_id).state
+        if state is None or state.is_final():
+            return state.name if state else "unknown"
+        client.set_flow_run_state(run_id, Crashed(message=f"no heartbeat on the lease of model {model!r}; "
+                                                          "reconcile redoes its work"), force=True)
+    return "Crashed"
+
+
+@task(name="start-run")
+def start_run(flow_name: str, name: str) -> str:
+    """Start the lifecycle run a model needs: a deployment run (when deployed), else here as a subflow."""
+    settings, registry = runtime()
+    key = f"reconcile/{flow_run.id or 'local'}/{flow_name}/{name}"
+    phases = (DELETING,) if flow_name == DELETE_FLOW else IN_PROGRESS  # another pass may have finished it
+    try:
+        if deployed():
+            run_id = start_deployment(registry, settings, flow_name, name, key, phases)
+            return f"{flow_name} started: {run_id}" if run_id else "busy"
+        if reserve(registry, settings, flow_name, name, key, phases):
+            return "busy"
+    except NoDeployment as e:
+        return f"not started: {e}"
+    except NotFoundError:
+        return "gone"  # released by another run meanwhile
+    return f"{flow_name}: {_run_here(flow_name, name)}"
+
+
+def _run_here(flow_name: str, name: str) -> str:
+    from flows.delete_model import delete_model
+    from flows.ensure_model import ensure_model
+
+    state = (delete_model if flow_name == DELETE_FLOW else ensure_model)(name, return_state=True)
+    return state.result() if state.is_completed() else f"{state.name}: {state.message}"
+
+
+def _drive_models(settings: Settings, registry: Registry) -> dict[str, str]:
+    logger = get_run_logger()
+    leases = registry.run_leases(settings.lease_seconds)
+    outcomes: dict[str, str] = {}
+    for model in registry.list_models(include_deleting=True):
+        lease = leases.get(model.name)
+        if lease is not None and not lease.fresh and (run_id := _flow_run_id(lease)):
+            logger.warning("%s: run %s of %s has no heartbeat since %s; treated as crashed", model.name, run_id,
+                           lease.flow, lease.heartbeat_at)
+            mark_crashed(run_id, model.name, return_state=True)
+        if flow_name := needed_run(model.phase, lease):
+            outcomes[f"model {model.name}"] = start_run(flow_name, model.name)
+    return outcomes
+
+
+def _orphans(settings: Settings, registry: Registry) -> list[str]:
+    """Directories directly under each models dir that no model path or shared copy is at or below."""
+    recorded = [p.path for m in registry.list_models(include_deleting=True) for p in m.local_paths]
+    recorded += [a.path for a in registry.list_artifacts()]
+    found: list[str] = []
+    for ws in settings.workspaces:
+        root = Path(ws.volume or "/nonexistent") / ws.models_dir
+        if root.is_dir():
+            children = [str(c) for c in root.iterdir() if not c.name.startswith((".", "_artifacts"))
+                        and (c.is_dir() or c.is_symlink())]
+            found += orphans(children, recorded)
+    return sorted(set(found))
+
+
+@flow(name=RECONCILE_FLOW, flow_run_name="reconcile")
 def reconcile() -> dict[str, str]:
-    """One pass: a size check of every copy (a full hash when due), repairs, garbage collection."""
+    """One pass: lifecycle runs for models not in their desired state, a size check of every copy (a full
+    hash when due), repairs, garbage collection, and a report of orphaned directories (never deleted)."""
     logger = get_run_logger()
     settings, registry = runtime()
     ensure_download_limit(settings)  # repairs take download slots
-    outcomes: dict[str, str] = {}
+    outcomes = _drive_models(settings, registry)
     shared = {a.path: verify_shared_copy.with_options(task_run_name=f"verify-{a.id}").submit(a.id)
               for a in registry.list_artifacts()}
     own = {p.path: verify_model_path.with_options(task_run_name=f"verify-{m.name}-{p.workspace}").submit(m.name, p.id)
@@ -30,9 +117,15 @@ def reconcile() -> dict[str, str]:
     for artifact in registry.list_artifacts():
         if not artifact.users:
             outcomes[artifact.path] = collect_shared_copy(artifact.id)
+    found = _orphans(settings, registry)
+    outcomes.update({path: "orphan" for path in found})
     rows = "\n".join(f"| {path} | {outcome} |" for path, outcome in sorted(outcomes.items()))
     create_markdown_artifact(key="reconcile", markdown=f"| copy | outcome |\n|---|---|\n{rows}\n",
                              description="Last reconcile pass")
-    logger.info("reconcile: %d copies: %s", len(outcomes),
+    orphan_rows = "\n".join(f"| {path} |" for path in found) or "| (none) |"
+    create_markdown_artifact(key="orphans", markdown=(
+        "Directories under a models dir that no model owns. weightkeeper never deletes them: check and remove "
+        f"them by hand.\n\n| directory |\n|---|\n{orphan_rows}\n"), description="Orphaned directories")
+    logger.info("reconcile: %d entries: %s", len(outcomes),
                 ", ".join(f"{v}={list(outcomes.values()).count(v)}" for v in sorted(set(outcomes.values()))))
     return outcomes

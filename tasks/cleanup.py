@@ -1,24 +1,29 @@
-"""Deletion steps: stop downloads, clean each path (guarded), release the model."""
+"""Deletion steps: stop downloads, clean each path (guarded), remove the staged S3 copy, release the model."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import time
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from prefect import get_run_logger, task
 
 from tasks.download import path_holder
-from weightkeeper.errors import CleanupError, UnsafePathError
+from weightkeeper.errors import CleanupError, DownloadError, UnsafePathError
+from weightkeeper.events import emit_phase
 from weightkeeper.fsops import remove_model_files, remove_model_path
-from weightkeeper.sharing import file_lock, links_into, lock_path, unmark_ready
-from weightkeeper.guard import check_removable
-from weightkeeper.registry import Holder, LocalPath
+from weightkeeper.guard import check_removable, check_staged_prefix
+from weightkeeper.registry import Holder, Model
 from weightkeeper.registry.common import CLEANING, process_start_time, utcnow
 from weightkeeper.runtime import runtime
+from weightkeeper.s3 import delete_prefix
+from weightkeeper.sharing import file_lock, links_into, lock_path, unmark_ready
+from weightkeeper.sources import s3_client
 
 STOP_POLL_SECONDS = 1.0
 TERM_GRACE_SECONDS = 10.0
@@ -31,17 +36,33 @@ def _alive_here(holder: Holder) -> bool:
     return process_start_time(holder.pid) == holder.started and holder.started > 0
 
 
-def _active(p: LocalPath, lease: float) -> bool:
-    fresh = p.heartbeat_at is not None and p.heartbeat_at > utcnow() - timedelta(seconds=lease)
-    return p.holder is not None and p.status != CLEANING and (fresh or _alive_here(p.holder))
+def _fresh(heartbeat_at: datetime | None, lease: float) -> bool:
+    return heartbeat_at is not None and heartbeat_at > utcnow() - timedelta(seconds=lease)
+
+
+@dataclass(frozen=True)
+class _Work:
+    """A download (or a staging to S3) of the model that holds a lease."""
+
+    what: str
+    holder: Holder
+    heartbeat_at: datetime | None
+
+
+def _running(model: Model, lease: float) -> list[_Work]:
+    work = [_Work(f"{p.workspace}:{p.path}", p.holder, p.heartbeat_at) for p in model.local_paths
+            if p.holder is not None and p.status != CLEANING]
+    if model.staging_holder is not None:
+        work.append(_Work(f"staging to {model.staging_uri}", model.staging_holder, model.staging_heartbeat_at))
+    return [w for w in work if _fresh(w.heartbeat_at, lease) or _alive_here(w.holder)]
 
 
 @task(name="stop-downloads", retries=3, retry_delay_seconds=30)
 def stop_downloads(name: str) -> int:
-    """Wait until no download of the model is running anywhere (the model is already Deleting).
+    """Wait until no download or staging of the model is running anywhere (the model is already Deleting).
 
-    Running downloads see Deleting on their next heartbeat and stop. A holder whose lease has
-    expired but whose process still runs on this host is terminated. Returns how many were stopped.
+    Running work sees Deleting on its next heartbeat and stops. A holder whose lease has expired
+    but whose process still runs on this host is terminated. Returns how many were stopped.
     """
     logger = get_run_logger()
     settings, registry = runtime()
@@ -49,25 +70,24 @@ def stop_downloads(name: str) -> int:
     seen: set[str] = set()
     signalled: dict[int, float] = {}
     while True:
-        active = [p for p in registry.get_model(name).local_paths if _active(p, settings.lease_seconds)]
+        active = _running(registry.get_model(name), settings.lease_seconds)
         if not active:
             if seen:
                 logger.info("%s: %d download(s) stopped", name, len(seen))
             return len(seen)
-        for p in active:
-            seen.add(p.holder.run)
-            stale = p.heartbeat_at is None or p.heartbeat_at <= utcnow() - timedelta(seconds=settings.lease_seconds)
-            if stale and _alive_here(p.holder):
-                first = signalled.setdefault(p.holder.pid, time.monotonic())
+        for w in active:
+            seen.add(w.holder.run)
+            if not _fresh(w.heartbeat_at, settings.lease_seconds) and _alive_here(w.holder):
+                first = signalled.setdefault(w.holder.pid, time.monotonic())
                 sig = signal.SIGKILL if time.monotonic() - first > TERM_GRACE_SECONDS else signal.SIGTERM
-                logger.warning("%s: download %s (pid %d) stopped heartbeating; sending %s", name, p.holder.run,
-                               p.holder.pid, sig.name)
-                os.kill(p.holder.pid, sig)
+                logger.warning("%s: %s (run %s, pid %d) stopped heartbeating; sending %s", name, w.what, w.holder.run,
+                               w.holder.pid, sig.name)
+                os.kill(w.holder.pid, sig)
         registry.set_message(name, f"stopping {len(active)} download(s) before cleanup: "
-                                   + ", ".join(f"{p.workspace}:{p.path}" for p in active))
+                                   + ", ".join(w.what for w in active))
         if time.monotonic() > deadline:
             raise CleanupError(f"downloads of {name!r} still running after {settings.stop_timeout_seconds:.0f}s: "
-                               + ", ".join(p.path for p in active) + "; the model is kept and deletion retried")
+                               + ", ".join(w.what for w in active) + "; the model is kept and deletion retried")
         time.sleep(STOP_POLL_SECONDS)
 
 
@@ -126,6 +146,42 @@ def clean_path(name: str, path_id: int) -> str:
         raise
 
 
+@task(name="remove-staged-snapshot", retry_condition_fn=_retry_cleanup)
+def remove_staged_snapshot(name: str) -> str:
+    """Delete the model's staged prefix in S3 (guarded, `.../<commit>/` with its trailing slash) once no
+    other live model records it. An s3:// source is never ours to delete."""
+    logger = get_run_logger()
+    settings, registry = runtime()
+    model = registry.get_model(name)
+    uri = model.staging_uri
+    if not uri:
+        return "none"
+    if not model.staging_owned:
+        registry.clear_staging(name)
+        logger.info("%s: %s is the model's source, not a copy weightkeeper staged; left in place", name, uri)
+        return "source"
+    if other := registry.staging_in_use_elsewhere(name):
+        registry.clear_staging(name)
+        logger.info("%s: staged copy %s is also used by live model %r; kept", name, uri, other)
+        return "kept"
+    shutil.rmtree(settings.home / "staging" / name, ignore_errors=True)  # this host's leftovers of a staging run
+    try:
+        if settings.s3 is None:
+            raise CleanupError("S3 is no longer configured: restore the [s3] table so the staged copy can be removed")
+        bucket, prefix = check_staged_prefix(uri, settings.s3.bucket, settings.s3.prefix)
+        removed = delete_prefix(s3_client(settings), bucket, prefix)
+    except (CleanupError, UnsafePathError, DownloadError) as e:
+        model = registry.record_cleanup_failure(name, f"removal of the staged copy {uri} failed: {e}; the model is "
+                                                      "kept and the removal retried")
+        logger.error("%s: removal of %s failed (attempt %d): %s", name, uri, model.cleanup_attempts, e)
+        if isinstance(e, UnsafePathError):
+            raise
+        raise CleanupError(str(e)) from None
+    registry.clear_staging(name)
+    logger.info("%s: removed %d object(s) under %s", name, removed, uri)
+    return "removed"
+
+
 @task(name="release-model")
 def release_model(name: str) -> None:
     """Let the model go: only once every path entry is gone."""
@@ -133,6 +189,7 @@ def release_model(name: str) -> None:
     if not registry.release_model(name):
         left = [p.path for p in registry.get_model(name).local_paths]
         raise CleanupError(f"model {name!r} still has paths {left}; it is kept")
+    emit_phase(name, "Released", "every file it put down is gone")
     get_run_logger().info("%s released", name)
 
 

@@ -16,15 +16,17 @@ from prefect.states import Cancelled
 
 from tasks.snapshot import retry_transient
 from weightkeeper.config import Settings
-from weightkeeper.download import Snapshot, fetch_snapshot, in_place
+from weightkeeper.download import Snapshot, in_place
 from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError, UnsafePathError
 from weightkeeper.fsops import check_writable, directory_size
-from weightkeeper.layout import REUSE_IF_EXISTS, HfSource, artifact_path, link_target, sharing_problem
+from weightkeeper.layout import REUSE_IF_EXISTS, artifact_path, link_target, sharing_problem
 from weightkeeper.registry import Holder, LocalPath, Model, Registry
 from weightkeeper.registry.artifacts import A_DOWNLOADING, A_PENDING, A_READY
 from weightkeeper.registry.common import DOWNLOADING, FAILED, PENDING, READY, WAITING
-from weightkeeper.runtime import download_slot, load_token, runtime
+from weightkeeper.runtime import download_slot, runtime
 from weightkeeper.sharing import adoption_problem, discard, file_lock, is_ready, lock_path, make_link, mark_ready
+from weightkeeper.sources import fetch_model_files, s3_uri
+from weightkeeper.space import check_free_space
 from weightkeeper.verify import verify_copy
 
 WAIT_POLL_SECONDS = 2.0
@@ -129,16 +131,17 @@ def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: S
         logger.info("%s: all %d files already in %s; nothing to download", model.name, len(snapshot.files), target)
         return 0
     logger.info("%s: %d of %d files to fetch into %s", model.name, len(missing), len(snapshot.files), target)
+    check_free_space(model.name, target, snapshot.files, settings.free_space_margin_bytes)
 
     def on_wait(in_use: int, limit: int) -> None:
         reporter.beat(message=f"Waiting for a download slot ({in_use}/{limit} in use)", force=True)
 
+    origin = s3_uri(settings, model.source, model.staging_uri) or f"{snapshot.repo_id}@{snapshot.commit[:12]}"
     with download_slot(settings, on_wait):
-        registry.set_path_message(model.name, reporter.entry.id, DOWNLOADING,
-                                  f"downloading {snapshot.repo_id}@{snapshot.commit[:12]} into {target}")
+        registry.set_path_message(model.name, reporter.entry.id, DOWNLOADING, f"downloading {origin} into {target}")
         deadline = time.monotonic() + settings.download_timeout_seconds
-        fetched = fetch_snapshot(HfSource(model.repo_id, snapshot.commit), snapshot, target, settings.hf_endpoint,
-                                 load_token(model.token_block), reporter.beat, deadline)
+        fetched = fetch_model_files(settings, model.source, model.staging_uri, model.token_block, snapshot, target,
+                                    reporter.beat, deadline)
     reporter.beat(snapshot.total_bytes, force=True)
     logger.info("%s: fetched %d bytes into %s", model.name, fetched, target)
     return fetched

@@ -6,6 +6,7 @@ from prefect import task
 from prefect.artifacts import create_table_artifact
 
 from weightkeeper.errors import InvalidInputError
+from weightkeeper.events import emit_phase
 from weightkeeper.planning import plan_paths
 from weightkeeper.registry.common import DELETING, FAILED, READY
 from weightkeeper.runtime import runtime
@@ -20,6 +21,7 @@ def finish_model(name: str) -> str:
         return "Released"
     if model.phase == DELETING:
         return model.phase
+    before = model.phase
     current = [p for p in model.local_paths if not p.retired]
     failed = [p for p in current if p.status == FAILED]
     try:
@@ -36,6 +38,8 @@ def finish_model(name: str) -> str:
         leftovers = "".join(f"; old path {p.path} not cleaned yet: {p.message}" for p in model.local_paths
                             if p.retired)
         model = registry.set_phase(name, READY, f"{len(current)} path(s) ready, {total} bytes{leftovers}")
+    if model.phase != before:
+        emit_phase(name, model.phase, model.message)
     return model.phase
 
 

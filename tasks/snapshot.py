@@ -6,9 +6,11 @@ from prefect import get_run_logger, task
 
 from weightkeeper.download import RemoteFile, Snapshot, resolve_snapshot
 from weightkeeper.errors import DownloadError, WeightkeeperError
-from weightkeeper.layout import HfSource
+from weightkeeper.layout import HfSource, S3Source, parse_source
 from weightkeeper.registry.common import DOWNLOADING, FAILED
 from weightkeeper.runtime import load_token, runtime
+from weightkeeper.s3 import list_source
+from weightkeeper.sources import s3_client
 
 
 def retry_transient(task, task_run, state) -> bool:
@@ -26,23 +28,30 @@ def retry_transient(task, task_run, state) -> bool:
 
 @task(name="resolve-revision", retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=retry_transient)
 def resolve_revision(name: str) -> Snapshot:
-    """Pin the model to a commit (a 40-hex revision is used as is) and record the files to fetch."""
+    """Pin the model to a commit (a 40-hex revision is used as is) and record the files to fetch.
+
+    An s3:// source is listed instead: its "commit" is a digest of the listing."""
     logger = get_run_logger()
     settings, registry = runtime()
     model = registry.get_model(name)
-    source = HfSource(model.repo_id, model.revision)
     if model.commit and model.files is not None:
         logger.info("%s is pinned to %s@%s (%d files)", name, model.repo_id, model.commit, len(model.files))
         return Snapshot(model.repo_id, model.commit, tuple(RemoteFile.from_json(f) for f in model.files))
+    source = parse_source(model.source)
     try:
-        snapshot = resolve_snapshot(source, settings.hf_endpoint, load_token(model.token_block))
+        if isinstance(source, S3Source):
+            snapshot = list_source(s3_client(settings), source)
+        else:
+            snapshot = resolve_snapshot(HfSource(model.repo_id, model.revision), settings.hf_endpoint,
+                                        load_token(model.token_block))
     except DownloadError as e:
         if e.permanent:
             registry.set_phase(name, FAILED, str(e))
         raise
-    registry.set_snapshot(name, snapshot.commit, [f.to_json() for f in snapshot.files])
+    registry.set_snapshot(name, snapshot.commit, [f.to_json() for f in snapshot.files],
+                          source.uri if isinstance(source, S3Source) else None)
     registry.set_phase(name, DOWNLOADING, f"downloading {len(snapshot.files)} files "
                                           f"({snapshot.total_bytes} bytes) of {model.repo_id}@{snapshot.commit}")
-    logger.info("%s resolved %s to %s: %d files, %d bytes", name, source.uri, snapshot.commit,
+    logger.info("%s resolved %s to %s: %d files, %d bytes", name, model.source, snapshot.commit,
                 len(snapshot.files), snapshot.total_bytes)
     return snapshot

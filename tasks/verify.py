@@ -10,15 +10,15 @@ from prefect import get_run_logger, task
 from prefect.runtime import flow_run
 
 from weightkeeper.config import Settings
-from weightkeeper.download import RemoteFile, Snapshot, fetch_snapshot
+from weightkeeper.download import RemoteFile, Snapshot
 from weightkeeper.errors import DownloadCancelled, DownloadError
 from weightkeeper.fsops import directory_size
-from weightkeeper.layout import HfSource
-from weightkeeper.registry import Holder, Registry
+from weightkeeper.registry import Holder, Model, Registry
 from weightkeeper.registry.artifacts import A_DOWNLOADING, A_FAILED, A_PENDING, A_READY, A_REPAIRING
 from weightkeeper.registry.common import FAILED, READY, utcnow
-from weightkeeper.runtime import download_slot, load_token, runtime
+from weightkeeper.runtime import download_slot, runtime
 from weightkeeper.sharing import discard, mark_ready, unmark_ready
+from weightkeeper.sources import fetch_model_files
 from weightkeeper.verify import Problem, verify_copy
 
 
@@ -26,14 +26,15 @@ def _due(verified_at, settings: Settings) -> bool:
     return verified_at is None or verified_at < utcnow() - timedelta(seconds=settings.verify_interval_seconds)
 
 
-def _refetch(settings: Settings, snapshot: Snapshot, root: str, token_block: str | None, problems: list[Problem],
+def _refetch(settings: Settings, snapshot: Snapshot, root: str, model: Model, problems: list[Problem],
              beat: Callable[[int], None]) -> None:
-    """Drop the damaged entries and fetch them again (the rest of the copy is left alone)."""
+    """Drop the damaged entries and fetch them again from where `model` gets its files (the rest of the
+    copy is left alone)."""
     for problem in problems:
         discard(root, problem.path)
     with download_slot(settings, lambda in_use, limit: None):
-        fetch_snapshot(HfSource(snapshot.repo_id, snapshot.commit), snapshot, Path(root), settings.hf_endpoint,
-                       load_token(token_block), beat, deadline=float("inf"))
+        fetch_model_files(settings, model.source, model.staging_uri, model.token_block, snapshot, Path(root), beat,
+                          deadline=float("inf"))
 
 
 @task(name="verify-shared-copy")
@@ -51,6 +52,8 @@ def verify_shared_copy(artifact_id: int) -> str:
         if deep:
             registry.set_artifact(artifact_id, None, A_READY, "verified", verified=True)
         return "verified" if deep else "checked"
+    if not artifact.users:
+        return "unused"  # nothing to repair it for: garbage collection decides its fate
     holder = Holder.here(f"repair/{flow_run.id or 'local'}/{artifact_id}")
     if not registry.claim_artifact(artifact_id, holder, settings.lease_seconds):
         return "busy"
@@ -64,15 +67,14 @@ def _repair_shared_copy(settings, registry: Registry, artifact, files, problems,
     registry.set_artifact(artifact.id, holder, A_REPAIRING, message)
     touched = registry.set_users(artifact.id, FAILED, message)
     logger.warning("%s; models failed meanwhile: %s", message, ", ".join(touched) or "none")
-    token_block = next((registry.get_model(u.model).token_block for u in artifact.users), None)
+    source = registry.get_model(artifact.users[0].model)  # the files come from where its users get them
 
     def beat(_done: int) -> None:
         if not registry.heartbeat_artifact(artifact.id, holder):
             raise DownloadCancelled(f"another run took over the shared copy {artifact.path}")
 
     try:
-        _refetch(settings, Snapshot(artifact.repo_id, artifact.commit, files), artifact.path, token_block, problems,
-                 beat)
+        _refetch(settings, Snapshot(artifact.repo_id, artifact.commit, files), artifact.path, source, problems, beat)
     except DownloadCancelled as e:
         logger.warning("repair of %s stopped: %s", artifact.path, e)
         return "taken over"
@@ -132,7 +134,7 @@ def verify_model_path(name: str, path_id: int) -> str:
             raise DownloadCancelled(f"model {name!r} is being deleted; repair of {entry.path} stopped")
 
     try:
-        _refetch(settings, Snapshot(model.repo_id, model.commit, files), entry.path, model.token_block, problems, beat)
+        _refetch(settings, Snapshot(model.repo_id, model.commit, files), entry.path, model, problems, beat)
     except DownloadCancelled as e:
         registry.finish_path(name, path_id, holder, FAILED, str(e))
         return "cancelled"

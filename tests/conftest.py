@@ -86,16 +86,36 @@ def stop_process(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+SESSION_SERVER: dict[str, subprocess.Popen] = {}
+
+
+def stop_session_server(crash: bool = False) -> None:
+    """Stop the session's Prefect server: gracefully, or with SIGKILL like a crash."""
+    proc = SESSION_SERVER["proc"]
+    if crash:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 9)
+        proc.wait()
+    else:
+        stop_process(proc)
+
+
+def start_session_server() -> None:
+    """Start the session's Prefect server again on its port; it serves the rest of the session."""
+    SESSION_SERVER["proc"] = start_prefect_server(PREFECT_PORT, Path(os.environ["PREFECT_HOME"]),
+                                                  os.environ.get("WK_TEST_PREFECT_DB"))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def prefect_server():
     home = Path(os.environ["PREFECT_HOME"])
     home.mkdir(parents=True, exist_ok=True)
-    proc = start_prefect_server(PREFECT_PORT, home, os.environ.get("WK_TEST_PREFECT_DB"))
-    yield proc
+    SESSION_SERVER["proc"] = start_prefect_server(PREFECT_PORT, home, os.environ.get("WK_TEST_PREFECT_DB"))
+    yield SESSION_SERVER["proc"]
     from prefect.logging.handlers import APILogHandler
 
     APILogHandler().flush()
-    stop_process(proc)
+    stop_process(SESSION_SERVER["proc"])  # a test that restarted the server left its new process here
     shutil.rmtree(SESSION_DIR, ignore_errors=True)
 
 
@@ -172,7 +192,7 @@ class Env:
 
 
 def write_config(env: Env, registry_url: str | None = None, workspaces: list[dict] | None = None,
-                 **settings) -> None:
+                 s3: dict | None = None, **settings) -> None:
     lines = [f'home = "{env.root}"', f'registry_url = "{registry_url or env._registry_url}"']
     defaults = {"max_concurrent_downloads": 4, "lease_seconds": 5, "cleanup_retry_seconds": 0.2,
                 "cleanup_retry_max_seconds": 1, "stop_timeout_seconds": 60}
@@ -183,6 +203,10 @@ def write_config(env: Env, registry_url: str | None = None, workspaces: list[dic
         lines.append("[[workspaces]]")
         for key, value in ws.items():
             lines.append(f"{key} = " + ("true" if value is True else "false" if value is False else f'"{value}"'))
+    if s3 := s3 or getattr(env, "_s3", None):
+        lines.append("[s3]")
+        lines.extend(f"{key} = {str(value).lower()}" if isinstance(value, bool) else f'{key} = "{value}"'
+                     for key, value in s3.items())
     env.config.write_text("\n".join(lines) + "\n")
 
 
@@ -264,3 +288,65 @@ FETCHED = ("config.json", "tokenizer.json", "tokenizer_config.json")
 
 def expected_size(files: dict[str, bytes]) -> int:
     return sum(len(v) for k, v in files.items() if k.endswith(".safetensors") or k in FETCHED)
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3-compatible server process (moto in server mode) on loopback, behind a fault-injecting proxy."""
+    import boto3
+
+    from s3proxy import S3Proxy
+
+    port = _free_port()
+    log = open(SESSION_DIR / "s3-server.log", "ab")
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    client = boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing",
+                          aws_secret_access_key="testing")
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            client.list_buckets()
+            break
+        except Exception:  # noqa: BLE001 - not up yet
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the S3 server did not start; see {log.name}") from None
+            time.sleep(0.2)
+    proxy = S3Proxy(url).start()
+    yield client, proxy
+    proxy.stop()
+    stop_process(proc)
+
+
+@dataclass
+class S3:
+    """One test's staging bucket: `client` talks to the S3 server directly, weightkeeper through `proxy`."""
+
+    client: object
+    proxy: object
+    bucket: str
+    prefix: str = "staging"
+
+    def keys(self, prefix: str = "", bucket: str | None = None) -> list[str]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket or self.bucket, Prefix=prefix)
+        return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+    def put(self, key: str, body: bytes, bucket: str | None = None) -> None:
+        self.client.put_object(Bucket=bucket or self.bucket, Key=key, Body=body)
+
+
+@pytest.fixture
+def s3(wk, hub, s3_server, monkeypatch):
+    """S3 staging enabled for `wk`: a fresh bucket on the test S3 server, credentials in the environment."""
+    client, proxy = s3_server
+    proxy.reset()
+    bucket = f"wk-{uuid.uuid4().hex[:12]}"
+    client.create_bucket(Bucket=bucket)
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    env = S3(client, proxy, bucket)
+    wk._s3 = {"bucket": bucket, "prefix": env.prefix, "endpoint_url": proxy.url, "region": "us-east-1"}
+    write_config(wk, hf_endpoint=hub.url)
+    return env

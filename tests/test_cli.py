@@ -68,7 +68,9 @@ def test_background_delete_and_include_deleting(wk, hub, immutable):
 def test_bad_input_gets_one_line_errors(wk, tmp_path):
     cases = [
         (["model", "create", "Bad_Name", "--source", "hf://a/b"], "invalid model name"),
-        (["model", "create", "ok", "--source", "s3://x"], "unsupported source scheme"),
+        (["model", "create", "ok", "--source", "gs://x/y"], "unsupported source scheme"),
+        (["model", "create", "ok", "--source", "s3://x"], "invalid S3 source"),
+        (["model", "create", "ok", "--source", "s3://bucket/acme--m/"], "S3 is not configured"),
         (["model", "create", "ok", "--source", "hf://a--b/c"], "invalid Hugging Face repository"),
         (["model", "create", "ok", "--source", "hf://a/b", "--workspace", "nope"], "unknown workspace"),
         (["model", "create", "ok", "--source", "hf://a/b", "--subpath", "../x"], "invalid subpath"),

@@ -6,7 +6,7 @@ import pytest
 
 from weightkeeper.errors import CleanupError, UnsafePathError
 from weightkeeper.fsops import directory_size, remove_model_path
-from weightkeeper.guard import VolumeRule, check_removable
+from weightkeeper.guard import VolumeRule, check_removable, check_staged_prefix
 
 VOLUMES = [VolumeRule("/mnt/vol"), VolumeRule("/mnt/other", "weights"), VolumeRule("/data/nested/vol")]
 
@@ -202,3 +202,25 @@ def test_nested_volumes_and_blocking_settings_are_refused(tmp_path):
         path.write_text(text)
         with pytest.raises(ConfigError, match=message):
             load_settings(path)
+
+
+COMMIT40 = "0123456789abcdef0123456789abcdef01234567"
+
+
+def test_staged_prefix_guard_accepts_only_a_commit_prefix_below_the_staging_prefix():
+    assert check_staged_prefix(f"s3://wk/stage/acme--m/{COMMIT40}/", "wk", "stage") == ("wk", f"stage/acme--m/{COMMIT40}/")
+    assert check_staged_prefix(f"s3://wk/a/b/m/{COMMIT40}/", "wk", "a/b") == ("wk", f"a/b/m/{COMMIT40}/")
+
+
+@pytest.mark.parametrize("uri", [
+    None, "", "stage/acme--m/x/", f"s3://other/stage/acme--m/{COMMIT40}/",  # not s3, another bucket
+    "s3://wk/", "s3://wk/stage/", "s3://wk/stage", "s3://wk/stage/acme--m/",  # the bucket, the prefix, a model dir
+    f"s3://wk/stage/acme--m/{COMMIT40}",  # no trailing slash: would also match .../<commit>-x
+    f"s3://wk/stagex/acme--m/{COMMIT40}/", f"s3://wk/other/acme--m/{COMMIT40}/",  # look-alike and foreign prefixes
+    f"s3://wk/stage/acme--m/{COMMIT40}/extra/", f"s3://wk/stage/../acme--m/{COMMIT40}/",
+    f"s3://wk/stage/acme--m/{COMMIT40.upper()}/", f"s3://wk/stage/acme--m/{COMMIT40[:39]}/",
+    f"s3://wk/stage//{COMMIT40}/", f"s3://wk/stage/../{COMMIT40}/", f"s3://wk/stage/acme\u2010m/{COMMIT40}/",
+])
+def test_staged_prefix_guard_refuses(uri):
+    with pytest.raises(UnsafePathError):
+        check_staged_prefix(uri, "wk", "stage")

@@ -4,7 +4,7 @@ import pytest
 
 from weightkeeper.config import Workspace
 from weightkeeper.errors import DownloadError, InvalidInputError
-from weightkeeper.layout import model_path, parse_source, repo_dir_name, validate_model_name
+from weightkeeper.layout import S3Source, model_path, parse_source, repo_dir_name, staging_uri, validate_model_name
 from weightkeeper.planning import path_decision, plan_paths, select_files
 
 
@@ -27,7 +27,7 @@ def test_full_commit_is_pinned_and_branch_is_not():
 
 
 @pytest.mark.parametrize("source", [
-    "", "   ", "s3://bucket/x", "hf://", "hf://a/b/c", "hf://a//b", "hf://a--x/b", "hf://a/b..c",
+    "", "   ", "gs://bucket/x", "hf://", "hf://a/b/c", "hf://a//b", "hf://a--x/b", "hf://a/b..c",
     "hf://-a/b", "hf://a/b-", "hf://a/.b", "hf://a/b@", "hf://a/b@ main", "hf://a/b@../x", "hf://a b/c",
     "hf://ä/b", "hf://a/b\u2010c", "hf://" + "x" * 97 + "/b",
 ])
@@ -148,3 +148,32 @@ def test_workspace_usage_counts_a_shared_copy_once():
 def test_subpath_never_enters_the_shared_copies(subpath):
     with pytest.raises(InvalidInputError, match="shared copies"):
         model_path("/v", "o/n", subpath)
+
+
+@pytest.mark.parametrize(("source", "bucket", "prefix", "directory"), [
+    ("s3://weights/team/Qwen--Qwen2.5-0.5B/", "weights", "team/Qwen--Qwen2.5-0.5B/", "Qwen--Qwen2.5-0.5B"),
+    ("s3://weights/team/Qwen--Qwen2.5-0.5B", "weights", "team/Qwen--Qwen2.5-0.5B/", "Qwen--Qwen2.5-0.5B"),
+    ("s3://my.bucket-1/tiny", "my.bucket-1", "tiny/", "tiny"),
+])
+def test_s3_source_names_its_directory_by_the_last_segment(source, bucket, prefix, directory):
+    parsed = parse_source(source)
+    assert isinstance(parsed, S3Source)
+    assert (parsed.bucket, parsed.prefix, parsed.repo_id, parsed.uri) == (bucket, prefix, directory,
+                                                                           f"s3://{bucket}/{prefix}")
+    assert model_path("/v", parsed.repo_id) == f"/v/models/{directory}"
+
+
+@pytest.mark.parametrize("source", [
+    "s3://", "s3://weights", "s3://weights/", "s3://Weights/x", "s3://ab/x", "s3://weights//x", "s3://weights/a/../x",
+    "s3://weights/./x", "s3://weights/a b", "s3://weights/x/_artifacts/", "s3://weights/-x", "s3://weights/.x",
+    "s3://weights/mod\u0435l", "s3:///x",
+])
+def test_s3_source_refuses(source):
+    with pytest.raises(InvalidInputError):
+        parse_source(source)
+
+
+def test_staging_uri_ends_with_a_slash_so_prefixes_never_overlap():
+    a = staging_uri("b", "p", "acme/a", "c" * 40)
+    ab = staging_uri("b", "p", "acme/a-b", "c" * 40)
+    assert a == f"s3://b/p/acme--a/{'c' * 40}/" and not ab.startswith(a)

@@ -9,7 +9,7 @@ from sqlalchemy import text
 
 from weightkeeper.errors import ConflictError, NotFoundError
 from weightkeeper.planning import Plan, PlannedPath
-from weightkeeper.registry import Holder, ModelSpec, open_registry
+from weightkeeper.registry import Claim, Holder, ModelSpec, open_registry
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -49,9 +49,17 @@ def parallel(n: int, fn) -> list:
 
 
 def test_migrations_are_idempotent_and_at_head(registry):
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from weightkeeper.registry.store import MIGRATIONS, _migrate
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    head = ScriptDirectory.from_config(config).get_current_head()
+    assert head is not None and head >= "0003"
     with registry.engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
-    from weightkeeper.registry.store import _migrate
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == head
 
     _migrate(registry.engine)
 
@@ -140,3 +148,32 @@ def test_one_writer_per_shared_copy(registry):
     assert registry.heartbeat_artifact(copy.id, winner) and not registry.heartbeat_artifact(copy.id, holder(99))
     assert registry.claim_artifact(copy.id, holder(99), 0)  # its lease expired: taken over
     assert not registry.heartbeat_artifact(copy.id, winner)
+
+
+def test_staging_lease_and_who_holds_a_staged_prefix(registry):
+    uri = f"s3://wk/stage/o--n/{'c' * 40}/"
+    registry.create_model(spec("a"), plan())
+    registry.create_model(spec("b"), plan())
+    assert registry.claim_staging("a", uri, holder(1), 60).ok
+    a = registry.get_model("a")
+    assert (a.phase, a.staging_uri, a.staging_owned, a.staging_holder.run) == ("Staging", uri, True, "run-1")
+    assert registry.claim_staging("a", uri, holder(2), 60).outcome == "busy"  # a fresh lease is never shared
+    assert registry.heartbeat_staging("a", holder(1), "half way") and registry.get_model("a").message == "half way"
+    assert not registry.heartbeat_staging("a", holder(2))
+    assert registry.claim_staging("b", uri, holder(3), 60).ok  # two live models may stage one prefix
+    assert registry.staging_in_use_elsewhere("a") == "b"
+    registry.release_staging("b", holder(3))
+
+    registry.mark_deleting("a")
+    assert not registry.heartbeat_staging("a", holder(1))  # the staging run stops at its next beat
+    assert registry.claim_staging("a", uri, holder(1), 60).outcome == "deleting"
+    assert registry.release_model("a") is False  # no path left, but its staged prefix is not removed yet
+    registry.mark_deleting("b")
+    assert registry.staging_in_use_elsewhere("a") is None
+    registry.create_model(spec("c"), plan())
+    assert registry.claim_staging("c", uri, holder(4), 60) == Claim("wait", "a")  # still being removed
+    registry.clear_staging("a")
+    assert registry.release_model("a") is True
+    assert registry.claim_staging("c", uri, holder(4), 60) == Claim("wait", "b")
+    registry.clear_staging("b")
+    assert registry.claim_staging("c", uri, holder(4), 60).ok

@@ -195,6 +195,8 @@ def cmd_model_get(args, settings: Settings) -> int:
         print(json.dumps(model.to_json(shared), indent=2))
         return 0
     console.print(f"source: {model.source}  commit: {model.commit or '-'}  owner: {model.owner_name}")
+    if model.staging_uri:
+        console.print(f"S3: {model.staging_uri} ({'staged by weightkeeper' if model.staging_owned else 'source'})")
     if model.message:
         console.print(f"message: {model.message}")
     console.print(paths_table(model))
@@ -227,6 +229,12 @@ def cmd_reconcile(args, settings: Settings) -> int:
     for path, outcome in sorted(outcomes.items()):
         console.print(f"{outcome:>14}  {path}")
     return 0
+
+
+def cmd_serve(args, settings: Settings) -> int:
+    from weightkeeper.serve import serve
+
+    return serve(settings, args.prefect_port, args.api_host, None if args.no_api else args.api_port)
 
 
 def cmd_demo(args, settings: Settings) -> int:
@@ -286,6 +294,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reconcile", help="verify every copy, repair damage, collect unused shared copies")
     p.add_argument("--every", type=int, metavar="SECONDS", help="serve it as a scheduled deployment instead")
     p.set_defaults(func=cmd_reconcile)
+
+    p = sub.add_parser("serve", help="serve every deployment, their work pools' workers and the REST API")
+    p.add_argument("--prefect-port", type=int, default=4200, help="port of the Prefect server started when "
+                   "PREFECT_API_URL is not set (default 4200)")
+    p.add_argument("--api-host", default="127.0.0.1")
+    p.add_argument("--api-port", type=int, default=8470)
+    p.add_argument("--no-api", action="store_true", help="serve the deployments only")
+    p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("run", help=argparse.SUPPRESS)
     p.add_argument("flow", choices=["ensure-model", "delete-model"])

@@ -6,32 +6,59 @@ Environment (documented defaults):
 - `WEIGHTKEEPER_REGISTRY_URL`: SQLAlchemy URL of the registry (default SQLite `<home>/registry.db`;
   `postgresql+psycopg://user@host/db` for several hosts).
 - `HF_ENDPOINT`: Hugging Face endpoint, unless `hf_endpoint` is set in the file.
+- `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` (or any boto3 credential source) for `[s3]`, unless the
+  table names a `credentials_block`; `AWS_ENDPOINT_URL_S3` when `endpoint_url` is not set.
 
 The file:
 
     max_concurrent_downloads = 4        # negative = unlimited
     download_timeout_seconds = 10800
+    free_space_margin_bytes = 1073741824 # a download must leave this much free on its volume (0: none)
     [[workspaces]]
     name = "team-a"
     cluster = "local"
     volume = "/mnt/team-a"              # absolute mount path of the workspace volume
     public = true                        # private workspaces name an `owner`
     models_dir = "models"
+    work_pool = "weightkeeper-local"    # where its download/clean jobs run (default: top-level `work_pool`)
+    [[users]]                            # API users: a bearer token maps to a user (never stored in clear)
+    name = "alice"
+    uid = 1000
+    token_env = "WK_TOKEN_ALICE"         # or token_sha256 = "<hex sha256 of the token>"
+    admin = false
+    [s3]                                 # optional: stage each snapshot once, fill workspaces from it
+    bucket = "weights"
+    prefix = "weightkeeper"              # staged at s3://<bucket>/<prefix>/<owner>--<name>/<commit>/
+    endpoint_url = "http://minio:9000"   # default: AWS (or $AWS_ENDPOINT_URL_S3)
+    region = "us-east-1"
+    credentials_block = "s3-creds"       # a Prefect Secret block {"aws_access_key_id": ..., ...}
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
+import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from weightkeeper.errors import ConfigError
 from weightkeeper.guard import VolumeRule
-from weightkeeper.layout import MODEL_NAME, SEGMENT
+from weightkeeper.kube import KubernetesTarget
+from weightkeeper.layout import BUCKET, MODEL_NAME, SEGMENT
 
 DOWNLOAD_LIMIT_NAME = "weightkeeper-downloads"
+DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+LOCAL_POOL = "weightkeeper-local"
+# Flow names. The lifecycle flows deploy as `<flow>/<flow>`, the per-path jobs as `<flow>/<work pool>`.
+ENSURE_FLOW, DELETE_FLOW, RECONCILE_FLOW = "ensure-model", "delete-model", "reconcile"
+DOWNLOAD_FLOW, CLEAN_FLOW = "download-to-path", "clean-path"
+
+
+def deployment_name(flow: str, pool: str | None = None) -> str:
+    return f"{flow}/{pool or flow}"
 
 
 @dataclass(frozen=True)
@@ -42,6 +69,8 @@ class Workspace:
     public: bool = True
     owner: str | None = None
     models_dir: str = "models"
+    work_pool: str | None = None
+    kubernetes: KubernetesTarget | None = None  # its jobs run in this cluster namespace (a Kubernetes pool)
 
     @property
     def rule(self) -> VolumeRule:
@@ -49,6 +78,28 @@ class Workspace:
 
     def usable_by(self, owner: str) -> bool:
         return self.public or self.owner == owner
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """Where snapshots are staged: `s3://<bucket>/<prefix>/<owner>--<name>/<commit>/`."""
+
+    bucket: str
+    prefix: str = "weightkeeper"
+    endpoint_url: str | None = None
+    region: str | None = None
+    credentials_block: str | None = None
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class User:
+    """An API user; only the sha256 of the token is kept."""
+
+    name: str
+    uid: int
+    token_sha256: str | None = field(repr=False)  # None: its token_env is not set here (cannot log in)
+    admin: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,14 +117,32 @@ class Settings:
     verify_interval_seconds: float = 86400
     hub_unreachable_seconds: float = 1800
     verify_workers: int = 4
+    free_space_margin_bytes: int = 1 << 30  # a download must leave this much free on its volume
+    s3: S3Settings | None = None
+    work_pool: str = LOCAL_POOL
+    reconcile_interval_seconds: float = 60
+    users: tuple[User, ...] = field(default=(), repr=False)
     config_path: Path | None = field(default=None, compare=False)
 
     def workspace(self, name: str) -> Workspace | None:
         return next((w for w in self.workspaces if w.name == name), None)
 
+    def pool_for(self, workspace: str) -> str:
+        ws = self.workspace(workspace)
+        return (ws.work_pool if ws else None) or self.work_pool
+
+    @property
+    def pools(self) -> list[str]:
+        return sorted({self.work_pool, *(w.work_pool for w in self.workspaces if w.work_pool)})
+
     @property
     def volume_rules(self) -> list[VolumeRule]:
         return [w.rule for w in self.workspaces if w.volume]
+
+    @property
+    def staging(self) -> bool:
+        """Snapshots from the Hub are staged in S3 and workspaces filled from there."""
+        return self.s3 is not None and self.s3.enabled
 
     @property
     def downloads_limited(self) -> bool:
@@ -81,7 +150,7 @@ class Settings:
 
 
 def _workspace(raw: dict, where: str) -> Workspace:
-    unknown = set(raw) - {"name", "volume", "cluster", "public", "owner", "models_dir"}
+    unknown = set(raw) - {"name", "volume", "cluster", "public", "owner", "models_dir", "work_pool", "kubernetes"}
     if unknown:
         raise ConfigError(f"{where}: unknown workspace keys {sorted(unknown)}")
     name = raw.get("name")
@@ -106,8 +175,87 @@ def _workspace(raw: dict, where: str) -> Workspace:
         raise ConfigError(f"{where}: public workspace {name!r} needs a volume")
     return Workspace(
         name=name, volume=volume, cluster=str(raw.get("cluster", "local")), public=public,
-        owner=owner, models_dir=models_dir,
+        owner=owner, models_dir=models_dir, work_pool=_pool(raw.get("work_pool"), f"{where}: workspace {name!r}"),
+        kubernetes=_kubernetes(raw.get("kubernetes"), f"{where}: workspace {name!r} kubernetes", volume),
     )
+
+
+def _kubernetes(raw: object, where: str, volume: str | None) -> KubernetesTarget | None:
+    """`[workspaces.kubernetes]`: namespace, image, and the volume as `volume_claim` or `host_path`."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} must be a table")
+    keys = {f.name for f in fields(KubernetesTarget)}
+    if set(raw) - keys:
+        raise ConfigError(f"{where}: unknown keys {sorted(set(raw) - keys)}")
+    for key, value in raw.items():
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{where}: {key} must be a non-empty string")
+    for key in ("namespace", "volume_claim", "service_account", "token_secret", "config_map"):
+        if key in raw and not DNS_LABEL.fullmatch(raw[key]):
+            raise ConfigError(f"{where}: {key} {raw[key]!r} must be a Kubernetes name (lowercase letters, digits, '-')")
+    if "namespace" not in raw or "image" not in raw:
+        raise ConfigError(f"{where} needs a namespace and an image")
+    if ("volume_claim" in raw) == ("host_path" in raw):
+        raise ConfigError(f"{where} needs exactly one of volume_claim (a PVC) or host_path for the workspace volume")
+    if "host_path" in raw and (not raw["host_path"].startswith("/") or posixpath.normpath(raw["host_path"]) != raw["host_path"]):
+        raise ConfigError(f"{where}: host_path {raw['host_path']!r} must be an absolute, clean path")
+    if volume is None:
+        raise ConfigError(f"{where}: a workspace without a volume has nothing to mount")
+    return KubernetesTarget(**raw)
+
+
+def _pool(value: object, where: str) -> str | None:
+    if value is not None and (not isinstance(value, str) or not MODEL_NAME.fullmatch(value)):
+        raise ConfigError(f"{where}: work_pool {value!r} must be lowercase letters, digits and '-'")
+    return value
+
+
+def _user(raw: dict, where: str) -> User:
+    unknown = set(raw) - {"name", "uid", "token_env", "token_sha256", "admin"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown user keys {sorted(unknown)}")
+    name, uid, admin = raw.get("name"), raw.get("uid"), raw.get("admin", False)
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{where}: a user needs a name")
+    if not isinstance(uid, int) or isinstance(uid, bool) or uid < 0:
+        raise ConfigError(f"{where}: user {name!r} needs a uid (a non-negative integer)")
+    digest = raw.get("token_sha256")
+    if "token_env" in raw:  # unset where only flows run (workers): the user just cannot log in there
+        token = os.environ.get(str(raw["token_env"]))
+        digest = hashlib.sha256(token.encode()).hexdigest() if token else None
+    elif not isinstance(digest, str) or len(digest) != 64:
+        raise ConfigError(f"{where}: user {name!r} needs token_env or token_sha256 (64 hex digits)")
+    if not isinstance(admin, bool):
+        raise ConfigError(f"{where}: user {name!r} admin must be true or false")
+    return User(name=name, uid=uid, token_sha256=digest and digest.lower(), admin=admin)
+
+
+def _s3(raw: object, where: str) -> S3Settings | None:
+    """The `[s3]` table (None when absent). `enabled = false` keeps its endpoint and credentials (to remove
+    staged copies and read s3:// sources) but stages nothing: new downloads take the direct path."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: [s3] must be a table")
+    unknown = set(raw) - {"bucket", "prefix", "endpoint_url", "region", "credentials_block", "enabled"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown [s3] keys {sorted(unknown)}")
+    if not isinstance(raw.get("enabled", True), bool):
+        raise ConfigError(f"{where}: [s3] enabled must be true or false")
+    bucket, prefix = raw.get("bucket"), raw.get("prefix", "weightkeeper")
+    if not isinstance(bucket, str) or not BUCKET.fullmatch(bucket):
+        raise ConfigError(f"{where}: [s3] bucket {bucket!r} must be a valid S3 bucket name")
+    if not isinstance(prefix, str) or not prefix or any(not SEGMENT.fullmatch(p) or p in (".", "..")
+                                                        for p in prefix.split("/")):
+        raise ConfigError(f"{where}: [s3] prefix {prefix!r} must be one or more plain segments like "
+                          "'weightkeeper' or 'team/models' (no leading or trailing '/')")
+    for key in ("endpoint_url", "region", "credentials_block"):
+        if raw.get(key) is not None and not (isinstance(raw[key], str) and raw[key].strip()):
+            raise ConfigError(f"{where}: [s3] {key} must be a non-empty string")
+    return S3Settings(bucket=bucket, prefix=prefix, endpoint_url=raw.get("endpoint_url"), region=raw.get("region"),
+                      credentials_block=raw.get("credentials_block"), enabled=raw.get("enabled", True))
 
 
 def _int(raw: dict, key: str, default: int, where: str) -> int:
@@ -133,7 +281,8 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
     where = str(config_path)
     known = {"workspaces", "max_concurrent_downloads", "download_timeout_seconds", "hf_endpoint", "registry_url",
              "home", "lease_seconds", "cleanup_retry_seconds", "cleanup_retry_max_seconds", "stop_timeout_seconds",
-             "verify_interval_seconds", "hub_unreachable_seconds", "verify_workers"}
+             "verify_interval_seconds", "hub_unreachable_seconds", "verify_workers", "free_space_margin_bytes", "s3",
+             "work_pool", "reconcile_interval_seconds", "users"}
     if set(raw) - known:
         raise ConfigError(f"{where}: unknown settings {sorted(set(raw) - known)}")
     home = Path(raw.get("home", home))
@@ -141,6 +290,10 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
     names = [w.name for w in workspaces]
     if len(names) != len(set(names)):
         raise ConfigError(f"{where}: workspace names must be unique")
+    users = tuple(_user(u, where) for u in raw.get("users", []))
+    digests = [u.token_sha256 for u in users if u.token_sha256]
+    if len({u.name for u in users}) != len(users) or len(set(digests)) != len(digests):
+        raise ConfigError(f"{where}: user names and tokens must be unique")
     roots = sorted(w.volume for w in workspaces if w.volume)
     for outer, inner in zip(roots, roots[1:]):
         if inner.startswith(outer + "/"):
@@ -150,6 +303,8 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
                           "use a positive limit or a negative one for unlimited")
     if _int(raw, "lease_seconds", 60, where) <= 0:
         raise ConfigError(f"{where}: lease_seconds must be positive")
+    if _int(raw, "free_space_margin_bytes", 1 << 30, where) < 0:
+        raise ConfigError(f"{where}: free_space_margin_bytes must be 0 or more")
     timeout = _int(raw, "download_timeout_seconds", 10800, where)
     if timeout <= 0:
         raise ConfigError(f"{where}: download_timeout_seconds must be positive")
@@ -168,5 +323,10 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
         verify_interval_seconds=float(raw.get("verify_interval_seconds", 86400)),
         hub_unreachable_seconds=float(raw.get("hub_unreachable_seconds", 1800)),
         verify_workers=_int(raw, "verify_workers", 4, where),
+        s3=_s3(raw.get("s3"), where),
+        free_space_margin_bytes=_int(raw, "free_space_margin_bytes", 1 << 30, where),
+        work_pool=_pool(raw.get("work_pool"), where) or LOCAL_POOL,
+        reconcile_interval_seconds=float(raw.get("reconcile_interval_seconds", 60)),
+        users=users,
         config_path=config_path if config_path.exists() else None,
     )

@@ -1,9 +1,11 @@
-"""Fetching a Hugging Face snapshot into a model directory with the real `huggingface_hub` client.
+"""Fetching a snapshot into a model directory: from the Hub with the real `huggingface_hub` client, or
+(see `weightkeeper.s3`) from S3, through one resumable file fetch.
 
 `huggingface_hub` resumes a partial file only inside one call, so partial files are ours: each
 file streams into `<model dir>/.cache/weightkeeper/<file>.part`, is hashed while it arrives
-(sha256 for LFS files, the git blob sha1 otherwise) and is moved into place only when complete
-and correct. A later run, in any process, resumes from the partial file's size.
+(sha256 for LFS files, the git blob sha1 for other Hub files, md5 for S3 objects with a plain
+ETag) and is moved into place only when complete and correct. A later run, in any process,
+resumes from the partial file's size.
 """
 
 from __future__ import annotations
@@ -49,15 +51,16 @@ FILE_WORKERS = 8
 class RemoteFile:
     path: str
     size: int
-    blob_id: str
+    blob_id: str  # the git blob sha1 on the Hub; "" for an S3 source
     sha256: str | None = None  # set for LFS files
+    md5: str | None = None  # an S3 source object's single-part ETag
 
     def to_json(self) -> dict:
-        return {"path": self.path, "size": self.size, "blobId": self.blob_id, "sha256": self.sha256}
+        return {"path": self.path, "size": self.size, "blobId": self.blob_id, "sha256": self.sha256, "md5": self.md5}
 
     @classmethod
     def from_json(cls, raw: dict) -> RemoteFile:
-        return cls(raw["path"], raw["size"], raw["blobId"], raw.get("sha256"))
+        return cls(raw["path"], raw["size"], raw["blobId"], raw.get("sha256"), raw.get("md5"))
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ class Snapshot:
         return sum(f.size for f in self.files)
 
 
-def _safe_repo_path(path: str, repo_id: str) -> str:
+def safe_repo_path(path: str, repo_id: str) -> str:
     segments = path.split("/")
     if path.startswith("/") or posixpath.normpath(path) != path or any(
         s in ("", ".", "..") or not SEGMENT.fullmatch(s) for s in segments
@@ -120,7 +123,7 @@ def resolve_snapshot(source: HfSource, endpoint: str | None, token: str | None) 
     siblings = {s.rfilename: s for s in info.siblings or []}
     files = []
     for name in select_files(siblings):
-        s = siblings[_safe_repo_path(name, source.repo_id)]
+        s = siblings[safe_repo_path(name, source.repo_id)]
         if s.size is None or s.blob_id is None:
             raise DownloadError(f"{endpoint or 'the Hub'} gave no size or blob id for {name} in {source.repo_id}")
         files.append(RemoteFile(name, s.size, s.blob_id, s.lfs.sha256 if s.lfs else None))
@@ -128,32 +131,38 @@ def resolve_snapshot(source: HfSource, endpoint: str | None, token: str | None) 
 
 
 def file_hasher(remote: RemoteFile):
-    """sha256 for LFS files; the git blob sha1 (`blob <size>\\0` + content) for the others."""
+    """sha256 for LFS files, md5 for S3 objects with a plain ETag, the git blob sha1 (`blob <size>\\0` +
+    content) for the other Hub files; None when only the size can be checked (multipart S3 objects)."""
     if remote.sha256:
         return hashlib.sha256()
+    if remote.md5:
+        return hashlib.md5()  # noqa: S324 - an integrity check against the server's ETag, not security
+    if not remote.blob_id:
+        return None
     h = hashlib.sha1()
     h.update(b"blob %d\0" % remote.size)
     return h
 
 
 def expected_digest(remote: RemoteFile) -> str:
-    return remote.sha256 or remote.blob_id
+    return remote.sha256 or remote.md5 or remote.blob_id
 
 
-class _HashingWriter:
-    """The file object `http_get` writes to: hashes and counts what it writes."""
+class HashingWriter:
+    """The file object a transfer writes to: hashes and counts what it writes."""
 
     def __init__(self, f: BinaryIO, expected: RemoteFile, resume: int, on_bytes: Callable[[int], None], where: Path):
         self._f, self._expected, self._on_bytes, self._where = f, expected, on_bytes, where
         self._hash = file_hasher(expected)
-        if resume:
+        if resume and self._hash:
             f.seek(0)
             while chunk := f.read(8 << 20):
                 self._hash.update(chunk)
         f.seek(resume)
 
     def write(self, chunk: bytes) -> int:
-        self._hash.update(chunk)
+        if self._hash:
+            self._hash.update(chunk)
         try:
             n = self._f.write(chunk)
         except OSError as e:  # a disk problem, not a network one: retrying the download does not help
@@ -168,7 +177,7 @@ class _HashingWriter:
         return self._f.seek(offset, whence)
 
     def truncate(self, size: int | None = None) -> int:
-        """The server ignored our Range: `http_get` rewinds to 0 and starts over."""
+        """The server ignored our Range: the transfer rewinds to 0 and starts over."""
         n = self._f.truncate(size)
         if self._f.tell() != 0:
             raise DownloadError(f"cannot restart {self._expected.path} from offset {self._f.tell()}")
@@ -176,7 +185,11 @@ class _HashingWriter:
         return n
 
     def matches(self) -> bool:
-        return self._hash.hexdigest() == expected_digest(self._expected)
+        return self._hash is None or self._hash.hexdigest() == expected_digest(self._expected)
+
+
+# Writes the bytes of `remote` from offset `resume` on into the writer; raises DownloadError.
+Transfer = Callable[[RemoteFile, HashingWriter, int], None]
 
 
 def in_place(target: Path, remote: RemoteFile) -> bool:
@@ -185,9 +198,10 @@ def in_place(target: Path, remote: RemoteFile) -> bool:
     return dest.is_file() and not dest.is_symlink() and dest.stat().st_size == remote.size
 
 
-def _fetch_file(source: HfSource, commit: str, endpoint: str | None, headers: dict, target: Path,
-                remote: RemoteFile, on_bytes: Callable[[int], None]) -> int:
-    """Fetch one file into place; returns the bytes transferred (0 when already there)."""
+def fetch_file(target: Path, remote: RemoteFile, transfer: Transfer, on_bytes: Callable[[int], None],
+               what: str) -> int:
+    """Fetch one file into place through `<target>/.cache/weightkeeper/<file>.part` (resumed from its
+    size, hashed as it arrives); returns the bytes transferred (0 when already there)."""
     dest = target / remote.path
     if in_place(target, remote):
         return 0
@@ -205,7 +219,25 @@ def _fetch_file(source: HfSource, commit: str, endpoint: str | None, headers: di
         if resume > remote.size:
             f.truncate(0)
             resume = 0
-        writer = _HashingWriter(f, remote, resume, on_bytes, part)
+        writer = HashingWriter(f, remote, resume, on_bytes, part)
+        if resume < remote.size:
+            transfer(remote, writer, resume)
+        ok = writer.matches() and f.tell() == remote.size
+    if not ok:
+        part.unlink(missing_ok=True)
+        if resume:  # the partial file was bad: start this file over once, right away
+            return fetch_file(target, remote, transfer, on_bytes, what)
+        raise DownloadError(f"{remote.path} of {what} arrived corrupted (checksum or size mismatch); "
+                            "the partial file was dropped and the file will be fetched again")
+    os.replace(part, dest)
+    return remote.size - resume
+
+
+def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str | None) -> Transfer:
+    """Files of a Hub commit through `huggingface_hub`'s `http_get` (Range requests from the resume offset)."""
+    headers = build_hf_headers(token=token or False, library_name="weightkeeper")
+
+    def transfer(remote: RemoteFile, writer: HashingWriter, resume: int) -> None:
         url = hf_hub_url(source.repo_id, remote.path, revision=commit, endpoint=endpoint)
         try:
             http_get(url, writer, resume_size=resume, headers=headers, expected_size=remote.size,  # type: ignore[arg-type]
@@ -214,19 +246,12 @@ def _fetch_file(source: HfSource, commit: str, endpoint: str | None, headers: di
             raise
         except Exception as e:  # noqa: BLE001
             raise hub_error(e, source, endpoint) from None
-        ok = writer.matches()
-    if not ok:
-        part.unlink(missing_ok=True)
-        if resume:  # the partial file was bad: start this file over once, right away
-            return _fetch_file(source, commit, endpoint, headers, target, remote, on_bytes)
-        raise DownloadError(f"{remote.path} of {source.repo_id}@{commit[:12]} arrived corrupted (checksum mismatch); "
-                            "the partial file was dropped and the file will be fetched again")
-    os.replace(part, dest)
-    return remote.size - resume
+
+    return transfer
 
 
-def fetch_snapshot(source: HfSource, snapshot: Snapshot, target: Path, endpoint: str | None, token: str | None,
-                   on_progress: Callable[[int], None], deadline: float) -> int:
+def fetch_files(snapshot: Snapshot, target: Path, transfer: Transfer, on_progress: Callable[[int], None],
+                deadline: float, what: str) -> int:
     """Fetch every missing file of `snapshot` into `target`, in parallel; returns bytes transferred.
 
     `on_progress(bytes_present)` is called as data arrives; it may raise to stop the download
@@ -234,7 +259,6 @@ def fetch_snapshot(source: HfSource, snapshot: Snapshot, target: Path, endpoint:
     Nothing is deleted on failure: the next run resumes from the partial files.
     """
     target.mkdir(parents=True, exist_ok=True)
-    headers = build_hf_headers(token=token or False, library_name="weightkeeper")
     lock = threading.Lock()
     present = [0]
     for f in snapshot.files:
@@ -247,14 +271,13 @@ def fetch_snapshot(source: HfSource, snapshot: Snapshot, target: Path, endpoint:
             present[0] += n
             done = present[0]
         if time.monotonic() > deadline:
-            raise DownloadError(f"download of {source.repo_id} into {target} exceeded its timeout; "
+            raise DownloadError(f"download of {what} into {target} exceeded its timeout; "
                                 "`weightkeeper model ensure` resumes it from the partial files", permanent=True)
         on_progress(done)
 
     on_progress(present[0])
     with ThreadPoolExecutor(max_workers=FILE_WORKERS, thread_name_prefix="fetch") as pool:
-        futures = [pool.submit(_fetch_file, source, snapshot.commit, endpoint, headers, target, f, on_bytes)
-                   for f in snapshot.files]
+        futures = [pool.submit(fetch_file, target, f, transfer, on_bytes, what) for f in snapshot.files]
         errors, transferred = [], 0
         for future in futures:
             try:
@@ -266,3 +289,10 @@ def fetch_snapshot(source: HfSource, snapshot: Snapshot, target: Path, endpoint:
     if errors:
         raise errors[0]
     return transferred
+
+
+def fetch_snapshot(source: HfSource, snapshot: Snapshot, target: Path, endpoint: str | None, token: str | None,
+                   on_progress: Callable[[int], None], deadline: float) -> int:
+    """`fetch_files` from the Hub."""
+    return fetch_files(snapshot, target, hub_transfer(source, snapshot.commit, endpoint, token), on_progress,
+                       deadline, f"{source.repo_id}@{snapshot.commit[:12]}")

@@ -70,11 +70,26 @@ def remove_model_files(path: str, files: Iterable[str], volumes: Iterable[Volume
         raise CleanupError(f"cannot remove {e.filename or path}: {e.strerror or e}") from None
 
 
+def mount_inside(path: str) -> str | None:
+    """The first directory below `path` that is on another filesystem (a mount point); links are not followed."""
+    device = os.lstat(path).st_dev
+    stack = [path]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    if entry.stat(follow_symlinks=False).st_dev != device:
+                        return entry.path
+                    stack.append(entry.path)
+    return None
+
+
 def remove_model_path(path: str, volumes: Iterable[VolumeRule], artifact: bool = False) -> bool:
     """Remove a model directory (or the link at its path). Returns False when nothing was there.
 
     `artifact=True` is for garbage collection of a shared copy and allows nothing else.
-    Checks the guard, then that no parent is a symlink, then removes without following links
+    Checks the guard, then that no parent is a symlink and no mount point is inside, then removes
+    without following links
     (`shutil.rmtree` uses the fd-based walk on Linux; a link at `path` is unlinked, not followed).
     """
     volume = check_removable(path, volumes, artifact)
@@ -88,6 +103,8 @@ def remove_model_path(path: str, volumes: Iterable[VolumeRule], artifact: bool =
         if stat.S_ISDIR(mode):
             if not shutil.rmtree.avoids_symlink_attacks:
                 raise CleanupError(f"this platform cannot remove {path} without following symlinks")
+            if mount := mount_inside(path):  # rmtree would empty the mounted filesystem, then fail with EBUSY
+                raise CleanupError(f"{mount} is a mount point inside {path}; nothing was removed: unmount it")
             shutil.rmtree(path)
         else:
             os.unlink(path)

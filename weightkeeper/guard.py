@@ -63,3 +63,22 @@ def check_removable(path: object, volumes: Iterable[VolumeRule], artifact: bool 
             raise _refuse(path, f"it is inside {ARTIFACTS_DIR}; only garbage collection removes shared copies")
         return volume
     raise _refuse(path, "not inside any declared workspace volume")
+
+
+def check_staged_prefix(uri: object, bucket: str, prefix: str) -> tuple[str, str]:
+    """(bucket, key prefix) of a staged snapshot that may be deleted, or `UnsafePathError`.
+
+    Only `s3://<bucket>/<prefix>/<dir>/<40-hex commit>/` under the configured staging bucket and
+    prefix qualifies: never the bucket, the staging prefix itself, a source prefix, or a look-alike.
+    """
+    if not isinstance(uri, str) or not uri.startswith("s3://"):
+        raise _refuse(uri, "not an s3:// prefix")
+    their_bucket, _, key = uri[len("s3://"):].partition("/")
+    if their_bucket != bucket:
+        raise _refuse(uri, f"not in the staging bucket {bucket!r}")
+    if not key.startswith(prefix + "/") or not key.endswith("/"):
+        raise _refuse(uri, f"not a prefix ending in '/' below the staging prefix {prefix + '/'!r}")
+    rest = key[len(prefix) + 1 : -1].split("/")
+    if len(rest) != 2 or not SEGMENT.fullmatch(rest[0]) or rest[0] in (".", "..") or not COMMIT.fullmatch(rest[1]):
+        raise _refuse(uri, "not <staging prefix>/<model dir>/<commit>/")
+    return bucket, key

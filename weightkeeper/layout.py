@@ -11,6 +11,7 @@ from weightkeeper.errors import InvalidInputError
 SEGMENT = re.compile(r"[A-Za-z0-9._-]+")
 COMMIT = re.compile(r"[0-9a-f]{40}")
 MODEL_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 DEFAULT_REVISION = "main"
 ARTIFACTS_DIR = "_artifacts"
 ALWAYS_DOWNLOAD, REUSE_IF_EXISTS = "always-download", "reuse-if-exists"
@@ -32,6 +33,26 @@ class HfSource:
     def pinned_commit(self) -> str | None:
         """The revision itself when it is a full commit sha: then no lookup is needed."""
         return self.revision if COMMIT.fullmatch(self.revision) else None
+
+
+@dataclass(frozen=True)
+class S3Source:
+    """A snapshot that is already in S3 (`s3://bucket/prefix/`): filled from, never deleted by us.
+
+    Its last prefix segment names the model directory, as `owner--name` does for the Hub.
+    """
+
+    bucket: str
+    prefix: str  # without a leading '/', ending with '/'
+    revision: str = ""
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+    @property
+    def repo_id(self) -> str:
+        return self.prefix.rstrip("/").rsplit("/", 1)[-1]
 
 
 def validate_model_name(name: str) -> str:
@@ -58,15 +79,32 @@ def _validate_repo_segment(segment: str, repo_id: str) -> None:
         )
 
 
-def parse_source(source: str) -> HfSource:
-    """Parse `hf://owner/name[@revision]` (or a bare `owner/name[@revision]`)."""
+def parse_s3_uri(uri: str) -> S3Source:
+    """`s3://bucket/prefix[/]` with plain segments; the prefix is returned with a trailing '/'."""
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    segments = key.rstrip("/").split("/") if key.strip("/") else []
+    if not BUCKET.fullmatch(bucket) or not segments or any(
+            not SEGMENT.fullmatch(s) or s in (".", "..") for s in segments):
+        raise InvalidInputError(f"invalid S3 source {uri!r}: use s3://bucket/prefix/ with a valid bucket name and "
+                                "plain prefix segments (letters, digits, '.', '_', '-')")
+    if segments[-1] == ARTIFACTS_DIR or segments[-1][0] in "-.":
+        raise InvalidInputError(f"invalid S3 source {uri!r}: its last segment {segments[-1]!r} names the model "
+                                "directory and must start with a letter or digit")
+    return S3Source(bucket, "/".join(segments) + "/")
+
+
+def parse_source(source: str) -> HfSource | S3Source:
+    """Parse `hf://owner/name[@revision]` (or a bare `owner/name[@revision]`) or `s3://bucket/prefix/`."""
     if not isinstance(source, str) or not source.strip():
         raise InvalidInputError("a model source is required, e.g. hf://Qwen/Qwen2.5-0.5B-Instruct@main")
     text = source.strip()
+    if text.startswith("s3://"):
+        return parse_s3_uri(text)
     if "://" in text:
         scheme, _, text = text.partition("://")
         if scheme != "hf":
-            raise InvalidInputError(f"unsupported source scheme {scheme!r} in {source!r}: use hf://owner/name[@revision]")
+            raise InvalidInputError(f"unsupported source scheme {scheme!r} in {source!r}: use hf://owner/name[@revision] "
+                                    "or s3://bucket/prefix/")
     repo_id, at, revision = text.partition("@")
     if at and (not revision or any(c.isspace() for c in revision) or ".." in revision or revision.startswith("/")):
         raise InvalidInputError(f"invalid revision {revision!r} in {source!r}")
@@ -138,6 +176,12 @@ def sharing_problem(path: str, volume: str, models_dir: str = "models") -> str |
     if path[len(root) + 1 :].split("/")[0] == ARTIFACTS_DIR:
         return f"{path} is inside {root}/{ARTIFACTS_DIR}, which holds the shared copies"
     return None
+
+
+def staging_uri(bucket: str, prefix: str, repo_id: str, commit: str) -> str:
+    """Where a snapshot is staged: `s3://<bucket>/<prefix>/<owner>--<name>/<commit>/` (always ending in '/',
+    so that deleting `.../a/` never touches `.../a-b/`)."""
+    return f"s3://{bucket}/{prefix}/{repo_dir_name(repo_id)}/{commit}/"
 
 
 def link_target(path: str, artifact: str) -> str:

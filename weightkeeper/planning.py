@@ -107,3 +107,16 @@ def workspace_usage(workspaces: Sequence[Workspace], paths: Iterable[tuple[str, 
                 usage[w.name]["storedBytes"] += size or 0
                 break
     return usage
+
+
+def bytes_to_fetch(files: Iterable[tuple[int, int]]) -> int:
+    """Bytes a download still writes, from each file's (size, bytes already present: in place or partial)."""
+    return sum(max(size - present, 0) for size, present in files)
+
+
+def space_problem(needed: int, free: int, margin: int, volume: str) -> str | None:
+    """Why `needed` more bytes do not fit on `volume` with `margin` bytes left free, or None if they do."""
+    if needed <= 0 or free - needed >= margin:
+        return None
+    return (f"needs {needed} bytes, {free} free on {volume} "
+            f"(a download leaves free_space_margin_bytes = {margin} free)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -76,14 +77,32 @@ def download_slot(settings: Settings, on_wait: Callable[[int, int], None]) -> It
         return
 
 
-def load_token(block: str | None) -> str | None:
-    """The token in a Prefect Secret block; never returned from a task or logged."""
-    if not block:
-        return None
+def _load_secret(block: str, what: str):
     from prefect.blocks.system import Secret
 
     try:
         return Secret.load(block).get()
     except (ValueError, ObjectNotFound) as e:
-        raise DownloadError(f"cannot load token block {block!r}: {e}; create it with "
+        raise DownloadError(f"cannot load {what} block {block!r}: {e}; create it with "
                             f"`prefect block create secret` or the Prefect UI", permanent=True) from None
+
+
+def load_token(block: str | None) -> str | None:
+    """The token in a Prefect Secret block; never returned from a task or logged."""
+    return _load_secret(block, "token") if block else None
+
+
+def load_s3_credentials(block: str | None) -> dict | None:
+    """S3 credentials from a Prefect Secret block holding a JSON object; None: boto3's own chain."""
+    if not block:
+        return None
+    value = _load_secret(block, "S3 credentials")
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = None
+    if not isinstance(value, dict):
+        raise DownloadError(f"S3 credentials block {block!r} must hold a JSON object with aws_access_key_id and "
+                            "aws_secret_access_key", permanent=True)
+    return value

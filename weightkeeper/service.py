@@ -5,7 +5,7 @@ from __future__ import annotations
 from weightkeeper.config import Settings
 from weightkeeper.errors import InvalidInputError, UnsafePathError
 from weightkeeper.guard import check_removable
-from weightkeeper.layout import parse_source, validate_model_name, validate_policy, validate_subpath
+from weightkeeper.layout import S3Source, parse_source, validate_model_name, validate_policy, validate_subpath
 from weightkeeper.planning import Plan, plan_paths
 from weightkeeper.registry import Model, ModelSpec, Registry, open_registry
 
@@ -31,6 +31,12 @@ def declare_model(settings: Settings, registry: Registry, *, name: str, source: 
     """Validate a declaration, plan its paths and record it Pending."""
     validate_model_name(name)
     parsed = parse_source(source)
+    if isinstance(parsed, S3Source):
+        if settings.s3 is None:
+            raise InvalidInputError(f"source {parsed.uri} is in S3, but S3 is not configured: add an [s3] table "
+                                    f"to {settings.config_path or '$WEIGHTKEEPER_CONFIG'}")
+        if token_block:
+            raise InvalidInputError("--token-block is for Hugging Face sources; S3 sources use the [s3] credentials")
     subpath = validate_subpath(subpath)
     download_policy = validate_policy(download_policy)
     if token_block is not None and not token_block.strip():

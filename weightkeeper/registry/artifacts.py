@@ -48,7 +48,7 @@ class Artifact:
 
 
 class ArtifactOps:
-    """Mixed into `Registry`; uses its `_tx`, `_model`, `_path`, `_busy` and `_hold`."""
+    """Mixed into `Registry`; uses its `_tx`, `_model`, `_path`, `_busy` and `_lease`."""
 
     def _artifact(self, s, artifact_id: int) -> ArtifactRow:
         row = s.scalars(select(ArtifactRow).where(ArtifactRow.id == artifact_id).with_for_update()).first()
@@ -94,7 +94,7 @@ class ArtifactOps:
             row = self._artifact(s, artifact_id)
             if self._busy(row, holder, lease_seconds):
                 return False
-            self._hold(row, holder, row.state)
+            self._lease(row, holder)
             return True
 
     def heartbeat_artifact(self, artifact_id: int, holder) -> bool:

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 PENDING, DOWNLOADING, READY, FAILED, DELETING = "Pending", "Downloading", "Ready", "Failed", "Deleting"
+STAGING = "Staging"
 WAITING, CLEANING = "Waiting", "Cleaning"
 
 

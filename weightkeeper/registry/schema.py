@@ -22,7 +22,9 @@ class Leased:
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
-class ModelRow(Base):
+class ModelRow(Leased, Base):
+    """A declared model; its lease is held by the run that stages its snapshot to S3."""
+
     __tablename__ = "models"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -45,6 +47,8 @@ class ModelRow(Base):
     cleanup_attempts: Mapped[int] = mapped_column(Integer, default=0)
     download_policy: Mapped[str] = mapped_column(String(32), default="always-download")
     keep_files: Mapped[bool] = mapped_column(Boolean, default=False)
+    staging_uri: Mapped[str | None] = mapped_column(Text, index=True)  # s3://bucket/prefix/<dir>/<commit>/
+    staging_owned: Mapped[bool] = mapped_column(Boolean, default=False)  # weightkeeper uploaded it: delete it too
 
     paths: Mapped[list[LocalPathRow]] = relationship(
         back_populates="model", cascade="all, delete-orphan", order_by="LocalPathRow.id"
@@ -70,6 +74,7 @@ class LocalPathRow(Leased, Base):
     verified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # last full hash of an own copy
     retired: Mapped[bool] = mapped_column(Boolean, default=False)  # the model moved away: clean this path
     adopted: Mapped[bool] = mapped_column(Boolean, default=False)  # held others' files before the first claim
+    failover_attempts: Mapped[int] = mapped_column(Integer, default=0)  # moves to another workspace of the cluster
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
     model: Mapped[ModelRow] = relationship(back_populates="paths")
@@ -95,3 +100,13 @@ class ArtifactRow(Leased, Base):
     unreachable_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ModelRunRow(Leased, Base):
+    """The lifecycle run working on a model: `holder` is its Prefect flow run id, or a reservation
+    (`reserved:<key>`) from whoever started it, until the run takes it over."""
+
+    __tablename__ = "model_runs"
+
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), primary_key=True)
+    flow: Mapped[str] = mapped_column(String(32))

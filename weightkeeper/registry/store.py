@@ -25,11 +25,14 @@ from weightkeeper.errors import ConflictError, NotFoundError
 from weightkeeper.layout import REUSE_IF_EXISTS
 from weightkeeper.planning import Plan, path_decision
 from weightkeeper.registry.artifacts import ArtifactOps
+from weightkeeper.registry.runs import RunOps
 from weightkeeper.registry.common import (
     CLEANING,
     DELETING,
     DOWNLOADING,
+    FAILED,
     PENDING,
+    STAGING,
     Holder,
     _iso,
     _utc,
@@ -88,6 +91,10 @@ class Model:
     cleanup_attempts: int
     download_policy: str
     keep_files: bool
+    staging_uri: str | None = None  # where the snapshot is staged in S3 (or the s3:// source itself)
+    staging_owned: bool = False  # weightkeeper staged it, so deletion removes it
+    staging_holder: Holder | None = None  # the run staging it, renewed by heartbeats
+    staging_heartbeat_at: datetime | None = None
     local_paths: list[LocalPath] = field(default_factory=list)
 
     @property
@@ -100,7 +107,7 @@ class Model:
         return {
             "name": self.name, "owner": {"name": self.owner_name, "uid": self.owner_uid}, "source": self.source,
             "commit": self.commit, "tokenBlock": self.token_block, "targets": self.targets, "subpath": self.subpath,
-            "downloadPolicy": self.download_policy, "keepFiles": self.keep_files,
+            "downloadPolicy": self.download_policy, "keepFiles": self.keep_files, "stagingUri": self.staging_uri,
             "phase": self.phase, "message": self.message, "createdAt": _iso(self.created_at),
             "updatedAt": _iso(self.updated_at), "isDeleted": self.is_deleted, "deletionTime": _iso(self.deletion_time),
             "localPaths": [p.to_json(shared.get(p.artifact_id)) for p in self.local_paths],
@@ -136,12 +143,14 @@ class ModelSpec:
     keep_files: bool = False
 
 
+def _holder(row) -> Holder | None:
+    return Holder(row.holder, row.holder_host or "", row.holder_pid or 0, row.holder_started or 0.0) if row.holder \
+        else None
+
+
 def _path_view(row: LocalPathRow) -> LocalPath:
-    holder = None
-    if row.holder:
-        holder = Holder(row.holder, row.holder_host or "", row.holder_pid or 0, row.holder_started or 0.0)
     return LocalPath(row.id, row.workspace, row.cluster, row.path, row.status, row.message, row.size_bytes,
-                     row.bytes_done, row.bytes_total, row.owned, row.artifact_id, holder, _utc(row.heartbeat_at),
+                     row.bytes_done, row.bytes_total, row.owned, row.artifact_id, _holder(row), _utc(row.heartbeat_at),
                      _utc(row.verified_at), row.retired, row.adopted)
 
 
@@ -149,8 +158,8 @@ def _view(row: ModelRow) -> Model:
     return Model(
         row.name, row.owner_name, row.owner_uid, row.source, row.repo_id, row.revision, row.commit, row.token_block,
         row.targets, row.subpath, row.files, row.phase, row.message, _utc(row.created_at), _utc(row.updated_at),
-        _utc(row.deletion_time), row.cleanup_attempts, row.download_policy, row.keep_files,
-        [_path_view(p) for p in row.paths],
+        _utc(row.deletion_time), row.cleanup_attempts, row.download_policy, row.keep_files, row.staging_uri,
+        row.staging_owned, _holder(row), _utc(row.heartbeat_at), [_path_view(p) for p in row.paths],
     )
 
 
@@ -203,7 +212,7 @@ def open_registry(url: str) -> Registry:
 _PATH_LOCK = 7_243_001  # advisory lock key for decisions that read other models' paths
 
 
-class Registry(ArtifactOps):
+class Registry(ArtifactOps, RunOps):
     def __init__(self, engine: Engine):
         self.engine = engine
 
@@ -346,16 +355,85 @@ class Registry(ArtifactOps):
                 row.phase, row.message, row.updated_at = phase, message, utcnow()
             return _view(row)
 
+    def retry_model(self, name: str) -> Model:
+        """Make a Failed model Pending again, with its failed paths; refused in any other phase."""
+        with self._tx() as s:
+            row = self._model(s, name)
+            if row.phase != FAILED:
+                raise ConflictError(f"model {name!r} is {row.phase}; only a Failed model can be retried", "NotFailed")
+            row.phase, row.message, row.updated_at = PENDING, "retry requested", utcnow()
+            for p in row.paths:
+                if p.status == FAILED:
+                    p.status, p.message, p.updated_at = PENDING, "retry requested", row.updated_at
+            return _view(row)
+
     def set_message(self, name: str, message: str) -> None:
         with self._tx() as s:
             row = self._model(s, name)
             row.message, row.updated_at = message, utcnow()
 
-    def set_snapshot(self, name: str, commit: str, files: list[dict]) -> Model:
+    def set_snapshot(self, name: str, commit: str, files: list[dict], source_uri: str | None = None) -> Model:
+        """Pin the commit and files; `source_uri` records an s3:// source as where the files are (never ours)."""
         with self._tx() as s:
             row = self._model(s, name)
             row.commit, row.files, row.updated_at = commit, files, utcnow()
+            if source_uri:
+                row.staging_uri, row.staging_owned = source_uri, False
             return _view(row)
+
+    # -- S3 staging ------------------------------------------------------------------------
+
+    def claim_staging(self, name: str, uri: str, holder: Holder, lease_seconds: float) -> Claim:
+        """Take the model's staging lease and record `uri` as its own staged copy, unless the model is
+        deleting, another run's lease is fresh (`busy`), or a deleting model still removes the same
+        prefix (`wait`). Phase becomes Staging."""
+        with self._tx(path_lock=True) as s:
+            row = self._model(s, name)
+            if row.phase == DELETING:
+                return Claim("deleting")
+            if self._busy(row, holder, lease_seconds):
+                return Claim("busy", row.holder)
+            other = s.scalars(select(ModelRow.name).where(
+                ModelRow.staging_uri == uri, ModelRow.staging_owned.is_(True), ModelRow.phase == DELETING,
+                ModelRow.id != row.id)).first()
+            if other:
+                return Claim("wait", other)
+            self._lease(row, holder)
+            row.staging_uri, row.staging_owned = uri, True
+            row.phase, row.message = STAGING, f"staging {row.repo_id}@{(row.commit or '')[:12]} to {uri}"
+            return Claim("claimed")
+
+    def heartbeat_staging(self, name: str, holder: Holder, message: str | None = None) -> bool:
+        """Renew the staging lease; False when the staging must stop (deleting, or taken over)."""
+        with self._tx() as s:
+            row = self._model(s, name)
+            if row.holder != holder.run or row.phase == DELETING:
+                return False
+            row.heartbeat_at = row.updated_at = utcnow()
+            if message is not None:
+                row.message = message
+            return True
+
+    def release_staging(self, name: str, holder: Holder) -> None:
+        with self._tx() as s:
+            row = self._model(s, name)
+            if row.holder == holder.run:
+                row.holder = row.holder_host = row.holder_pid = row.holder_started = row.heartbeat_at = None
+
+    def staging_in_use_elsewhere(self, name: str) -> str | None:
+        """Another live model that records the same staged prefix (so it must be kept)."""
+        with self._tx(path_lock=True) as s:
+            row = self._model(s, name, lock=False)
+            if not row.staging_uri:
+                return None
+            return s.scalars(select(ModelRow.name).where(
+                ModelRow.staging_uri == row.staging_uri, ModelRow.phase != DELETING, ModelRow.id != row.id)).first()
+
+    def clear_staging(self, name: str) -> None:
+        """The staged prefix is gone (or left to another model): the model no longer holds it."""
+        with self._tx(path_lock=True) as s:
+            row = self._model(s, name)
+            row.staging_uri, row.staging_owned, row.updated_at = None, False, utcnow()
 
     def mark_deleting(self, name: str) -> Model:
         """Mark a model Deleting (idempotent). From here on it never becomes live again."""
@@ -379,7 +457,7 @@ class Registry(ArtifactOps):
             row = self._model(s, name)
             if row.phase != DELETING:
                 raise ConflictError(f"model {name!r} is {row.phase}, not Deleting: it cannot be released", "NotDeleting")
-            if row.paths:
+            if row.paths or (row.staging_owned and row.staging_uri):
                 return False
             s.delete(row)
             return True
@@ -427,14 +505,18 @@ class Registry(ArtifactOps):
             return True
 
     @staticmethod
-    def _busy(p: LocalPathRow, holder: Holder, lease_seconds: float) -> bool:
+    def _busy(p: LocalPathRow | ModelRow, holder: Holder, lease_seconds: float) -> bool:
         fresh_after = utcnow() - timedelta(seconds=lease_seconds)
         return bool(p.holder) and p.holder != holder.run and _utc(p.heartbeat_at) > fresh_after
 
     @staticmethod
-    def _hold(p: LocalPathRow, holder: Holder, status: str) -> None:
-        p.holder, p.holder_host, p.holder_pid, p.holder_started = holder.run, holder.host, holder.pid, holder.started
-        p.heartbeat_at = p.updated_at = utcnow()
+    def _lease(row: LocalPathRow | ModelRow, holder: Holder) -> None:
+        row.holder, row.holder_host, row.holder_pid, row.holder_started = holder.run, holder.host, holder.pid, \
+            holder.started
+        row.heartbeat_at = row.updated_at = utcnow()
+
+    def _hold(self, p: LocalPathRow, holder: Holder, status: str) -> None:
+        self._lease(p, holder)
         p.status = status
 
     def heartbeat(self, name: str, path_id: int, holder: Holder, bytes_done: int | None = None,

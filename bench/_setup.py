@@ -1,0 +1,117 @@
+"""Shared set-up for the benchmarks: environment, a loopback Hub server process, a weightkeeper config.
+
+Benchmarks run from the repository root as `python bench/<name>.py`; this module is importable
+because the script's directory is on `sys.path`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+MIB = 1 << 20
+ENV = {
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "HF_HUB_DISABLE_XET": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_LOGGING_LEVEL": "WARNING",
+    "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
+}
+
+
+def prepare_environment(root: Path) -> None:
+    """Before Prefect is imported: quiet clients, a private HF home, and a Prefect server of its own
+    (a process, as in a deployment) with its home under `root`; it stops when this process exits."""
+    os.environ.update(ENV, HF_HOME=str(root / "hf-home"), PREFECT_HOME=str(root / "prefect-home"))
+    os.environ.pop("HF_TOKEN", None)
+    (root / "prefect-home").mkdir(parents=True, exist_ok=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port",
+                               str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    atexit.register(lambda: (server.terminate(), server.wait(20)))
+    os.environ["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"
+    import httpx
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200:
+                return
+        time.sleep(0.5)
+    raise RuntimeError("the Prefect server did not start in 120 s")
+
+
+def write_repo(directory: Path, shards: int, shard_mib: int, seed: str = "bench") -> None:
+    """A model repository on disk: safetensors shards (random bytes) plus the small files loading needs."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    block = rng.randbytes(MIB)
+    for i in range(shards):
+        with open(directory / f"model-{i + 1:05d}-of-{shards:05d}.safetensors", "wb") as f:
+            for j in range(shard_mib):
+                f.write(block[(i * 7919 + j) % MIB:] + block[:(i * 7919 + j) % MIB])
+    (directory / "config.json").write_text('{"model_type": "bench"}\n')
+    (directory / "tokenizer.json").write_bytes(rng.randbytes(2 * MIB))
+    (directory / "tokenizer_config.json").write_text("{}\n")
+    (directory / "generation_config.json").write_text("{}\n")
+
+
+class HubProcess:
+    """`python -m weightkeeper.hubserver` in a process of its own, so serving costs the pipeline no GIL."""
+
+    def __init__(self, root: Path, repos: dict[str, Path]):
+        args = [sys.executable, "-m", "weightkeeper.hubserver", "--root", str(root)]
+        for repo_id, directory in repos.items():
+            args += ["--repo", f"{repo_id}={directory}"]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.url = self.proc.stdout.readline().strip()
+        if not self.url.startswith("http"):
+            raise RuntimeError("the Hub server did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def write_config(root: Path, endpoint: str, volumes: dict[str, Path], **settings) -> Path:
+    lines = [f'home = "{root / "wk-home"}"', f'hf_endpoint = "{endpoint}"']
+    lines += [f"{k} = {v!r}" for k, v in settings.items()]
+    for name, volume in volumes.items():
+        volume.mkdir(parents=True, exist_ok=True)
+        lines += ["[[workspaces]]", f'name = "{name}"', f'volume = "{volume}"']
+    path = root / "config.toml"
+    path.write_text("\n".join(lines) + "\n")
+    os.environ["WEIGHTKEEPER_CONFIG"] = str(path)
+    return path
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def median_of(n: int, fn: Callable[[], float]) -> float:
+    return statistics.median(fn() for _ in range(n))
+
+
+def sh(*args: str, env: dict | None = None) -> None:
+    """Run a reference tool with its output silenced (its errors still fail the benchmark)."""
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+
+
+def row(benchmark: str, ours: str, reference: str, ratio: str) -> None:
+    print(f"| {benchmark} | {ours} | {reference} | {ratio} |", flush=True)

@@ -1,0 +1,91 @@
+"""Stage a model's snapshot to S3 once, so that every workspace is filled from there."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+
+from prefect import get_run_logger, task
+from prefect.runtime import flow_run, task_run
+from prefect.states import Cancelled
+
+from tasks.snapshot import retry_transient
+from weightkeeper.download import RemoteFile, Snapshot, fetch_file, hub_transfer
+from weightkeeper.errors import DownloadCancelled, DownloadError
+from weightkeeper.layout import HfSource, staging_uri
+from weightkeeper.registry import Holder
+from weightkeeper.registry.common import DOWNLOADING, FAILED, PENDING
+from weightkeeper.runtime import download_slot, load_token, runtime
+from weightkeeper.s3 import stage_snapshot
+from weightkeeper.sources import s3_client
+
+WAIT_POLL_SECONDS = 2.0
+HEARTBEAT_SECONDS = 1.0
+
+
+@task(name="stage-to-s3", retries=2, retry_delay_seconds=[10, 30], retry_condition_fn=retry_transient)
+def stage_to_s3(name: str, snapshot: Snapshot) -> str:
+    """Upload the snapshot to `s3://<bucket>/<prefix>/<owner>--<name>/<commit>/`, multipart and in parallel.
+
+    Objects already there with the right size and digest are skipped, and each file comes from the
+    Hub through a resumable `.part` file, so an interrupted staging run loses little. The staging
+    lease on the model lets `delete-model` wait for this run; a deletion stops it at its next beat.
+    """
+    logger = get_run_logger()
+    settings, registry = runtime()
+    model = registry.get_model(name)
+    uri = staging_uri(settings.s3.bucket, settings.s3.prefix, snapshot.repo_id, snapshot.commit)
+    holder = Holder.here(f"stage/{flow_run.id or 'local'}")
+    while not (claim := registry.claim_staging(name, uri, holder, settings.lease_seconds)).ok:
+        if claim.outcome == "deleting":
+            return Cancelled(message=f"model {name!r} is being deleted; staging to {uri} not started")
+        registry.set_message(name, f"Waiting for {'deleted model' if claim.outcome == 'wait' else 'run'} "
+                                   f"{claim.other} to finish with {uri}")
+        time.sleep(WAIT_POLL_SECONDS)
+    last, stopped = [0.0], threading.Event()
+
+    def beat(done: int | None = None, message: str | None = None, force: bool = False) -> None:
+        """Renew the lease (at most once a second); once the model is deleting, every thread stops."""
+        if not stopped.is_set() and (force or time.monotonic() - last[0] >= HEARTBEAT_SECONDS):
+            last[0] = time.monotonic()
+            if done is not None:
+                message = f"staging to {uri}: {done} of {snapshot.total_bytes} bytes"
+            if not registry.heartbeat_staging(name, holder, message):
+                stopped.set()
+        if stopped.is_set():
+            raise DownloadCancelled(f"model {name!r} is being deleted; staging to {uri} stopped")
+
+    workdir = settings.home / "staging" / name  # this host's scratch space for files on their way to S3
+    deadline = time.monotonic() + settings.download_timeout_seconds
+
+    def fetch_one(remote: RemoteFile):
+        if time.monotonic() > deadline:
+            raise DownloadError(f"staging {name!r} to {uri} exceeded its timeout; `weightkeeper model ensure` "
+                                "resumes it", permanent=True)
+        fetch_file(workdir, remote, transfer, lambda _n: beat(), f"{model.repo_id}@{snapshot.commit[:12]}")
+        return workdir / remote.path
+
+    try:
+        transfer = hub_transfer(HfSource(model.repo_id, snapshot.commit), snapshot.commit, settings.hf_endpoint,
+                                load_token(model.token_block))
+        with download_slot(settings, lambda in_use, limit: beat(
+                message=f"Waiting for a download slot ({in_use}/{limit} in use) to stage to {uri}", force=True)):
+            uploaded, skipped = stage_snapshot(s3_client(settings), uri, snapshot, fetch_one, beat)
+    except DownloadCancelled as e:
+        logger.warning("%s", e)
+        return Cancelled(message=str(e))
+    except DownloadError as e:
+        last_try = e.permanent or task_run.run_count > stage_to_s3.retries
+        registry.set_phase(name, FAILED if last_try else PENDING,
+                           f"staging to {uri} failed: {e}" + ("" if last_try else " (retrying)"))
+        logger.error("%s: staging to %s failed: %s", name, uri, e)
+        raise
+    finally:
+        registry.release_staging(name, holder)
+    shutil.rmtree(workdir, ignore_errors=True)
+    registry.set_phase(name, DOWNLOADING, f"staged to {uri} ({uploaded} uploaded, {skipped} already there); "
+                                          "filling the workspaces from it")
+    logger.info("%s: staged %d files to %s (%d uploaded, %d already there)", name, len(snapshot.files), uri,
+                uploaded, skipped)
+    return uri

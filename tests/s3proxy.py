@@ -1,0 +1,131 @@
+"""A pass-through HTTP proxy in front of the test S3 server (moto in server mode) that injects faults.
+
+The S3 server is real; the proxy only forwards requests unchanged, counts them per key, and on
+demand refuses deletes (403 AccessDenied, as a bucket policy would) or refuses uploads after N
+(to interrupt a staging run part-way).
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, unquote, urlsplit
+
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade", "te", "trailer"}
+
+
+def _s3_error(code: str, message: str) -> bytes:
+    return (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>{message}</Message>'
+            "</Error>").encode()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format, *args):  # noqa: A002 - quiet
+        pass
+
+    def _body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            data = b""
+            while size := int(self.rfile.readline().split(b";")[0], 16):
+                data += self.rfile.read(size)
+                self.rfile.readline()
+            self.rfile.readline()
+            return data
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def _reply(self, status: int, headers: list[tuple[str, str]], body: bytes, head: bool = False) -> None:
+        self.send_response(status)
+        for k, v in headers:
+            if k.lower() not in HOP_BY_HOP and (head or k.lower() != "content-length"):
+                self.send_header(k, v)
+        if not head:
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        else:
+            self.end_headers()
+
+    def _forward(self) -> None:
+        proxy = self.server.proxy
+        url = urlsplit(self.path)
+        query = parse_qs(url.query, keep_blank_values=True)
+        body = self._body()
+        key = unquote(url.path)
+        upload = self.command == "PUT" and (body or "partNumber" in query) and "x-amz-copy-source" not in self.headers
+        delete = self.command == "DELETE" or (self.command == "POST" and "delete" in query)
+        with proxy.lock:
+            proxy.requests[(self.command, key)] += 1
+            refuse = (delete and proxy.refuse_deletes) or (upload and proxy.uploads_left is not None
+                                                          and proxy.uploads_left <= 0)
+            if upload and proxy.uploads_left is not None:
+                proxy.uploads_left -= 1
+            if upload and not refuse:
+                proxy.uploads[key] += 1
+        if refuse:
+            self._reply(403, [("Content-Type", "application/xml")], _s3_error("AccessDenied", "Access Denied"))
+            return
+        conn = http.client.HTTPConnection(proxy.upstream_host, proxy.upstream_port, timeout=120)
+        try:
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP | {"expect"}}
+            headers["Content-Length"] = str(len(body))
+            conn.request(self.command, self.path, body=body, headers=headers)
+            response = conn.getresponse()
+            data = response.read()
+            self._reply(response.status, response.getheaders(), data, head=self.command == "HEAD")
+        finally:
+            conn.close()
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    proxy: S3Proxy
+
+
+class S3Proxy:
+    """`refuse_deletes`: answer every delete with AccessDenied. `allow_uploads(n)`: accept n more
+    uploads (PUT object or part), then refuse them; `allow_uploads(None)` lifts the limit."""
+
+    def __init__(self, upstream: str):
+        parts = urlsplit(upstream)
+        self.upstream_host, self.upstream_port = parts.hostname, parts.port
+        self.lock = threading.Lock()
+        self.refuse_deletes = False
+        self.uploads_left: int | None = None
+        self.requests: Counter = Counter()  # (method, /bucket/key) -> count
+        self.uploads: Counter = Counter()  # /bucket/key -> accepted uploads (objects or parts)
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.proxy = self
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def start(self) -> S3Proxy:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def allow_uploads(self, n: int | None) -> None:
+        with self.lock:
+            self.uploads_left = n
+
+    def reset(self) -> None:
+        with self.lock:
+            self.refuse_deletes, self.uploads_left = False, None
+            self.requests.clear()
+            self.uploads.clear()
+
+    def count(self, method: str, prefix: str = "/") -> int:
+        with self.lock:
+            return sum(n for (m, key), n in self.requests.items() if m == method and key.startswith(prefix))

@@ -1,0 +1,257 @@
+"""S3 staging and S3 cleanup: the real boto3 client against a real S3-compatible server process (moto in
+server mode) on loopback, behind a pass-through proxy that can refuse deletes or uploads."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+from conftest import FETCHED, expected_size, tiny_files
+from test_lifecycle import fetched_files, in_thread, wait_until
+
+from flows.delete_model import delete_model
+from flows.ensure_model import ensure_model
+from flows.reconcile import reconcile
+from weightkeeper.config import load_settings
+from weightkeeper.errors import ConfigError, InvalidInputError
+
+FILES_FETCHED = 5  # two shards and the three small files of `tiny_files`
+
+
+def staged_keys(s3, repo_dir: str, commit: str) -> list[str]:
+    return [k.rsplit("/", 1)[-1] for k in s3.keys(f"{s3.prefix}/{repo_dir}/{commit}/")]
+
+
+def test_staged_once_then_every_workspace_is_filled_from_s3(wk, hub, s3):
+    files = tiny_files("s3-life")
+    files["model-00003-of-00003.safetensors"] = random.Random(3).randbytes(20 << 20)  # multipart: > 16 MiB
+    commit = hub.add_repo("acme/staged", files)
+    hub.reset_stats()
+    wk.declare("staged", "hf://acme/staged")
+
+    assert ensure_model("staged") == "Ready"
+    model = wk.registry.get_model("staged")
+    uri = f"s3://{s3.bucket}/staging/acme--staged/{commit}/"
+    assert model.staging_uri == uri and model.to_json()["stagingUri"] == uri
+    assert "staged to" in model.message or model.message.startswith("2 path(s) ready")
+    wanted = sorted(k for k in files if k.endswith(".safetensors") or k in FETCHED)
+    assert staged_keys(s3, "acme--staged", commit) == wanted
+    assert hub.get_count("acme/staged") == len(wanted)  # the Hub is read once, by the staging run
+    assert s3.proxy.count("POST", f"/{s3.bucket}/staging/acme--staged/{commit}/model-00003") >= 2  # multipart
+    for p in model.local_paths:
+        assert fetched_files(p.path) == wanted and p.size_bytes == expected_size(files) and p.status == "Ready"
+        assert Path(p.path, "model-00003-of-00003.safetensors").read_bytes() == files["model-00003-of-00003.safetensors"]
+    for name in wanted:  # each workspace read each object from S3
+        assert s3.proxy.count("GET", f"/{s3.bucket}/staging/acme--staged/{commit}/{name}") == 2
+
+    hub.reset_stats()
+    assert ensure_model("staged") == "Ready"  # idempotent: nothing fetched or uploaded again
+    assert hub.get_count("acme/staged") == 0 and sum(s3.proxy.uploads.values()) == len(wanted) + 1
+
+    paths = [p.path for p in model.local_paths]
+    assert delete_model("staged") == "Released"
+    assert wk.registry.find_model("staged") is None
+    assert not any(os.path.lexists(p) for p in paths)
+    assert s3.keys("staging/") == []
+
+
+def test_interrupted_staging_resumes_without_uploading_finished_objects_again(wk, hub, s3):
+    files = tiny_files("s3-resume", shards=4)
+    commit = hub.add_repo("acme/resume", files)
+    hub.reset_stats()
+    wk.declare("resume", "hf://acme/resume", workspaces=["team-a"])
+    s3.proxy.allow_uploads(3)
+    assert ensure_model("resume") == "Failed"
+    model = wk.registry.get_model("resume")
+    assert "staging to s3://" in model.message and "AccessDenied" in model.message
+    assert model.local_paths[0].status == "Pending" and not os.path.exists(model.local_paths[0].path)
+    assert len(staged_keys(s3, "acme--resume", commit)) == 3
+
+    s3.proxy.allow_uploads(None)
+    assert ensure_model("resume") == "Ready"
+    assert len(staged_keys(s3, "acme--resume", commit)) == 7
+    assert set(s3.proxy.uploads.values()) == {1}  # every object was uploaded exactly once, over both runs
+    assert hub.get_count("acme/resume") == 7  # and read from the Hub once: verified local files were kept
+    assert not (wk.root / "staging" / "resume").exists()  # the scratch space goes once staging is done
+
+
+def test_prefix_delete_never_touches_a_neighbouring_prefix(wk, hub, s3):
+    commit = hub.add_repo("acme/a", tiny_files("s3-a"))
+    neighbours = [f"staging/acme--a-b/{commit}/config.json", f"staging/acme--a/{commit}-old/config.json",
+                  f"staging/acme--a/{'0' * 40}/config.json", "staging/acme--a", "other/acme--a/x"]
+    for key in neighbours:
+        s3.put(key, b"not weightkeeper's")
+    wk.declare("a", "hf://acme/a", workspaces=["team-b"])
+    assert ensure_model("a") == "Ready"
+    assert len(staged_keys(s3, "acme--a", commit)) == FILES_FETCHED
+    assert delete_model("a") == "Released"
+    assert s3.keys() == sorted(neighbours)
+
+
+def test_refused_prefix_delete_keeps_the_model_and_retries_until_s3_accepts(wk, hub, s3):
+    commit = hub.add_repo("acme/refused", tiny_files("s3-refused"))
+    wk.declare("refused", "hf://acme/refused", workspaces=["team-a"])
+    assert ensure_model("refused") == "Ready"
+    path = wk.registry.get_model("refused").local_paths[0].path
+    wk.rewrite(hf_endpoint=hub.url, cleanup_retry_seconds=0.5, cleanup_retry_max_seconds=1)
+    s3.proxy.refuse_deletes = True
+    deletion = in_thread(delete_model, "refused")
+    wait_until(lambda: wk.registry.get_model("refused").cleanup_attempts >= 2, what="refused deletes")
+    model = wk.registry.get_model("refused")
+    assert model.phase == "Deleting" and "AccessDenied" in model.message and "kept" in model.message
+    assert model.local_paths == [] and not os.path.lexists(path)  # local paths went first
+    listed = [m.name for m in wk.registry.list_models(include_deleting=True)]
+    assert listed == ["refused"] and wk.registry.list_models() == []
+    assert len(staged_keys(s3, "acme--refused", commit)) == FILES_FETCHED
+
+    s3.proxy.refuse_deletes = False
+    deletion.join(60)
+    assert deletion.result.get("value") == "Released"
+    assert wk.registry.find_model("refused") is None and s3.keys() == []
+
+
+def test_a_prefix_another_live_model_records_is_kept(wk, hub, s3):
+    commit = hub.add_repo("acme/twice", tiny_files("s3-twice"))
+    wk.declare("first", "hf://acme/twice", workspaces=["team-a"])
+    wk.declare("second", "hf://acme/twice", workspaces=["team-b"])
+    assert ensure_model("first") == "Ready" and ensure_model("second") == "Ready"
+    assert sum(s3.proxy.uploads.values()) == FILES_FETCHED  # the second found every object staged
+    assert delete_model("first") == "Released"
+    assert len(staged_keys(s3, "acme--twice", commit)) == FILES_FETCHED
+    assert delete_model("second") == "Released"
+    assert s3.keys() == []
+
+
+def test_delete_stops_the_staging_run_first(wk, hub, s3):
+    commit = hub.add_repo("acme/slowstage", tiny_files("s3-slow", shards=4, shard_size=1 << 20))
+    hub.set_throttle(512 * 1024, repo_id="acme/slowstage")
+    try:
+        wk.declare("slowstage", "hf://acme/slowstage", workspaces=["team-a"])
+        ensure = in_thread(ensure_model, "slowstage")
+        wait_until(lambda: wk.registry.get_model("slowstage").phase == "Staging"
+                   and wk.registry.get_model("slowstage").staging_holder is not None, what="staging to start")
+        assert delete_model("slowstage") == "Released"
+        ensure.join(60)
+        assert not ensure.is_alive()
+        assert s3.keys() == []  # nothing uploaded after the prefix was removed
+        assert not (wk.root / "staging" / "slowstage").exists()
+    finally:
+        hub.set_throttle(None, repo_id="acme/slowstage")
+    assert staged_keys(s3, "acme--slowstage", commit) == []
+
+
+def test_an_s3_source_is_filled_and_never_deleted(wk, hub, s3):
+    source_bucket = f"{s3.bucket}-src"
+    s3.client.create_bucket(Bucket=source_bucket)
+    files = tiny_files("s3-source")
+    for name, body in files.items():
+        s3.put(f"team/acme--src/{name}", body, bucket=source_bucket)
+    s3.put("team/acme--src-b/config.json", b"{}", bucket=source_bucket)
+    hub.reset_stats()
+    model = wk.declare("src", f"s3://{source_bucket}/team/acme--src/")
+    assert [p.path for p in model.local_paths] == [str(wk.volumes[w] / "models" / "acme--src")
+                                                  for w in ("team-a", "team-b")]
+
+    assert ensure_model("src") == "Ready"
+    model = wk.registry.get_model("src")
+    wanted = sorted(k for k in files if k.endswith(".safetensors") or k in FETCHED)
+    for p in model.local_paths:
+        assert fetched_files(p.path) == wanted and p.size_bytes == expected_size(files)
+    assert hub.get_count() == 0 and s3.keys("staging/") == []  # no Hub, no staging
+    assert model.staging_uri == f"s3://{source_bucket}/team/acme--src/" and not model.staging_owned
+    assert len(model.commit) == 40 and all(f["md5"] for f in model.files)
+
+    assert delete_model("src") == "Released"
+    assert len(s3.keys(bucket=source_bucket)) == len(files) + 1  # the source is never ours to delete
+
+
+def test_repair_fetches_only_the_damaged_file_from_s3(wk, hub, s3):
+    commit = hub.add_repo("acme/mend", tiny_files("s3-mend"))
+    wk.declare("mend", "hf://acme/mend", workspaces=["team-a"])
+    assert ensure_model("mend") == "Ready"
+    shard = Path(wk.registry.get_model("mend").local_paths[0].path, "model-00001-of-00002.safetensors")
+    data = bytearray(shard.read_bytes())
+    data[100] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    wk.rewrite(hf_endpoint=hub.url, verify_interval_seconds=0)
+    hub.reset_stats()
+    before = s3.proxy.count("GET", f"/{s3.bucket}/staging/")
+    reconcile()
+    assert wk.registry.get_model("mend").phase == "Ready"
+    assert hub.get_count() == 0  # repaired from the staged copy, not the Hub
+    assert s3.proxy.count("GET", f"/{s3.bucket}/staging/") - before == 1
+    assert s3.proxy.count("GET", f"/{s3.bucket}/staging/acme--mend/{commit}/model-00001-of-00002.safetensors") == 2
+
+
+def test_credentials_come_from_a_secret_block_and_never_leak(wk, hub, s3, monkeypatch):
+    from prefect.blocks.system import Secret
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter
+    from prefect.logging.handlers import APILogHandler
+
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(key)
+    secret = "wkS3SecretKey0123456789abcdefSECRET"
+    hub.add_repo("acme/creds", tiny_files("s3-creds"))
+    wk._s3["credentials_block"] = "s3-missing"
+    wk.rewrite(hf_endpoint=hub.url)
+    wk.declare("nocreds", "hf://acme/creds", workspaces=["team-a"])
+    assert ensure_model("nocreds") == "Failed"
+    assert "cannot load S3 credentials block 's3-missing'" in wk.registry.get_model("nocreds").message
+
+    Secret(value={"aws_access_key_id": "wk-test", "aws_secret_access_key": secret}).save("s3-creds", overwrite=True)
+    wk._s3["credentials_block"] = "s3-creds"
+    wk.rewrite(hf_endpoint=hub.url)
+    wk.declare("creds", "hf://acme/creds", workspaces=["team-b"])
+    assert ensure_model("creds") == "Ready"
+    assert delete_model("creds") == "Released" and s3.keys()  # the failed model still records the prefix
+    assert delete_model("nocreds") == "Released" and s3.keys() == []
+    APILogHandler().flush()
+    with get_client(sync_client=True) as client:
+        text = " ".join([str(log.message) for log in client.read_logs(LogFilter(), limit=200)]
+                        + [str(r.parameters) for r in client.read_flow_runs(limit=50)]
+                        + [str(a.data) for a in client.read_artifacts(limit=100)])
+    assert secret not in text
+
+
+def test_s3_sources_need_s3_configured_and_take_no_token_block(wk, s3):
+    with pytest.raises(InvalidInputError, match="token-block"):
+        wk.declare("tok", f"s3://{s3.bucket}/x/acme--m/", token_block="hf-token")
+    wk._s3 = None
+    wk.rewrite()
+    with pytest.raises(InvalidInputError, match="S3 is not configured"):
+        wk.declare("nos3", f"s3://{s3.bucket}/x/acme--m/")
+
+
+def test_with_staging_disabled_new_models_go_direct_and_staged_copies_can_still_be_removed(wk, hub, s3):
+    hub.add_repo("acme/off", tiny_files("s3-off"))
+    wk.declare("staged-first", "hf://acme/off", workspaces=["team-a"])
+    assert ensure_model("staged-first") == "Ready" and s3.keys()
+    wk._s3["enabled"] = False
+    wk.rewrite(hf_endpoint=hub.url)
+    hub.reset_stats()
+    s3.proxy.reset()
+    wk.declare("direct", "hf://acme/off", workspaces=["team-b"])
+    assert ensure_model("direct") == "Ready"
+    assert wk.registry.get_model("direct").staging_uri is None
+    assert hub.get_count("acme/off") == FILES_FETCHED and sum(s3.proxy.uploads.values()) == 0
+    assert delete_model("staged-first") == "Released" and s3.keys() == []
+
+
+@pytest.mark.parametrize(("table", "error"), [
+    ('bucket = "Bad_Bucket"', "valid S3 bucket name"),
+    ('prefix = "p"', "bucket None must be"),
+    ('bucket = "ok-bucket"\nprefix = "/abs"', "plain segments"),
+    ('bucket = "ok-bucket"\nprefix = "a/../b"', "plain segments"),
+    ('bucket = "ok-bucket"\nregion = ""', "region must be a non-empty string"),
+    ('bucket = "ok-bucket"\nenabled = "no"', "enabled must be true or false"),
+    ('bucket = "ok-bucket"\nsecret_key = "x"', "unknown [s3] keys ['secret_key']"),
+])
+def test_s3_settings_are_validated(tmp_path, table, error):
+    config = tmp_path / "config.toml"
+    config.write_text(f"[s3]\n{table}\n")
+    with pytest.raises(ConfigError) as e:
+        load_settings(config)
+    assert error in str(e.value)

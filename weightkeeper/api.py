@@ -1,0 +1,140 @@
+"""REST API (`/api/v1`, OpenAPI at `/docs` and `/openapi.json`): declare, list, delete and retry models.
+
+Bearer tokens map to the users of the config file; the owner of a model is the authenticated user.
+Creating, deleting and retrying start the matching deployment at once (one run per request).
+"""
+
+import hashlib
+import hmac
+import uuid
+from typing import Annotated, Literal
+
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, status
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field
+
+from weightkeeper.config import DELETE_FLOW, ENSURE_FLOW, Settings, User
+from weightkeeper.errors import ConflictError, InvalidInputError, NotFoundError
+from weightkeeper.registry import Model, Registry
+from weightkeeper.runs import NoDeployment, start_deployment
+from weightkeeper.service import declare_model, registry_for
+
+
+class ModelCreate(BaseModel):
+    """A model to declare; its owner is the caller."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="lowercase letters, digits and '-'")
+    source: str = Field(description="hf://owner/name[@revision]")
+    workspaces: list[str] | None = Field(default=None, description="target workspaces (default: every public one)")
+    subpath: str | None = None
+    tokenBlock: str | None = Field(default=None, description="name of a Prefect Secret block with the HF token")
+    downloadPolicy: Literal["always-download", "reuse-if-exists"] | None = None
+    keepFiles: bool = False
+
+
+class Problem(BaseModel):
+    code: str
+    message: str
+
+
+def _run(flow_run_id: str | None, note: str) -> dict:
+    return {"flowRunId": flow_run_id, "message": note}
+
+
+def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
+    """The API for these settings (and their registry)."""
+    registry = registry or registry_for(settings)
+    bearer = HTTPBearer(auto_error=False)
+    tokens = {u.token_sha256: u for u in settings.users if u.token_sha256}
+    app = FastAPI(title="weightkeeper", version="1", description=__doc__,
+                  responses={401: {"model": Problem}, 403: {"model": Problem}})
+
+    def problem(code: int, kind: str, message: str) -> JSONResponse:
+        return JSONResponse({"code": kind, "message": message}, status_code=code)
+
+    @app.exception_handler(InvalidInputError)
+    def invalid(_: Request, e: InvalidInputError) -> JSONResponse:
+        return problem(422, "Invalid", str(e))
+
+    @app.exception_handler(ConflictError)
+    def conflict(_: Request, e: ConflictError) -> JSONResponse:
+        return problem(409, e.code, str(e))
+
+    @app.exception_handler(NotFoundError)
+    def not_found(_: Request, e: NotFoundError) -> JSONResponse:
+        return problem(404, "NotFound", str(e))
+
+    @app.exception_handler(HTTPException)
+    def http_error(_: Request, e: HTTPException) -> JSONResponse:
+        kinds = {401: "Unauthorized", 403: "Forbidden"}
+        response = problem(e.status_code, kinds.get(e.status_code, "Error"), str(e.detail))
+        response.headers.update(e.headers or {})
+        return response
+
+    def user(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> User:
+        digest = hashlib.sha256(credentials.credentials.encode()).hexdigest() if credentials else ""
+        match = next((u for d, u in tokens.items() if hmac.compare_digest(d, digest)), None)
+        if match is None:
+            raise HTTPException(401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"})
+        return match
+
+    def owned(name: str, caller: User) -> Model:
+        model = registry.get_model(name)
+        if model.owner_name != caller.name and not caller.admin:
+            raise HTTPException(403, f"model {name!r} belongs to {model.owner_name!r}; only its owner or an admin "
+                                     "may change it")
+        return model
+
+    def start(flow: str, name: str, key: str | None) -> dict:
+        try:
+            run_id = start_deployment(registry, settings, flow, name, f"api/{flow}/{name}/{key or uuid.uuid4()}")
+        except NoDeployment as e:
+            return _run(None, f"{e}; the next reconcile pass starts it")
+        return _run(run_id, f"{flow} run started" if run_id else f"a {flow} run is already working on it")
+
+    Caller = Annotated[User, Depends(user)]
+    IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", description="repeat-safe request id")]
+
+    @app.post("/api/v1/models", status_code=status.HTTP_201_CREATED,
+              responses={409: {"model": Problem}, 422: {"model": Problem}})
+    def create_model(body: ModelCreate, caller: Caller, key: IdempotencyKey = None) -> dict:
+        """Declare a model owned by the caller and start ensure-model. 409 `ResourceProcessing` while a
+        deleting model still holds a target path; 409 `AlreadyExists` when live models hold them all."""
+        model = declare_model(settings, registry, name=body.name, source=body.source, owner_name=caller.name,
+                              owner_uid=caller.uid, workspaces=body.workspaces, subpath=body.subpath,
+                              token_block=body.tokenBlock, download_policy=body.downloadPolicy,
+                              keep_files=body.keepFiles)
+        return {**model.to_json(), "run": start(ENSURE_FLOW, model.name, key)}
+
+    @app.get("/api/v1/models")
+    def list_models(_: Caller, workspace: str | None = None, phase: str | None = None,
+                    include_deleting: Annotated[bool, Query(alias="includeDeleting")] = False) -> list[dict]:
+        """Models, optionally of one workspace or phase; `includeDeleting=true` adds those still being deleted
+        (`isDeleted`, `deletionTime`, and the `localPaths` they still occupy with `sizeBytes`)."""
+        return [m.to_json() for m in registry.list_models(include_deleting=include_deleting, phase=phase,
+                                                           workspace=workspace)]
+
+    @app.get("/api/v1/models/{name}", responses={404: {"model": Problem}})
+    def get_model(name: str, _: Caller) -> dict:
+        return registry.get_model(name).to_json()
+
+    @app.delete("/api/v1/models/{name}", status_code=status.HTTP_202_ACCEPTED, responses={404: {"model": Problem}})
+    def delete_model(name: str, caller: Caller, key: IdempotencyKey = None) -> dict:
+        """Mark the model Deleting and start delete-model; cleanup goes on after the answer. Repeating it is
+        harmless: no second run starts while one works on the model."""
+        owned(name, caller)
+        model = registry.mark_deleting(name)
+        return {**model.to_json(), "run": start(DELETE_FLOW, name, key)}
+
+    @app.post("/api/v1/models/{name}/retry", status_code=status.HTTP_202_ACCEPTED,
+              responses={404: {"model": Problem}, 409: {"model": Problem}})
+    def retry_model(name: str, caller: Caller, key: IdempotencyKey = None) -> dict:
+        """Make a Failed model Pending again and start ensure-model (409 `NotFailed` in any other phase)."""
+        owned(name, caller)
+        model = registry.retry_model(name)
+        return {**model.to_json(), "run": start(ENSURE_FLOW, name, key)}
+
+    return app

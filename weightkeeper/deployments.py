@@ -1,0 +1,68 @@
+"""Every flow as a Prefect deployment, the work pools they run in, and the download limit.
+
+- `ensure-model/ensure-model`, `delete-model/delete-model`, `reconcile/reconcile` (on an interval):
+  in the control pool (`work_pool`, default `weightkeeper-local`);
+- `download-to-path/<pool>`, `clean-path/<pool>`: one per work pool of a workspace, so a
+  workspace's jobs run in its pool.
+
+Flows are deployed by module path (the package is installed where the workers run), and carry
+`WEIGHTKEEPER_CONFIG` so a worker's runs read the same configuration.
+"""
+
+from __future__ import annotations
+
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import WorkPoolCreate
+from prefect.deployments.runner import EntrypointType, RunnerDeployment
+from prefect.exceptions import ObjectNotFound
+from prefect.workers.process import ProcessWorker
+
+from weightkeeper.config import DELETE_FLOW, ENSURE_FLOW, RECONCILE_FLOW, Settings
+from weightkeeper.runtime import ensure_download_limit
+
+
+def declared(settings: Settings) -> list[tuple[RunnerDeployment, str]]:
+    """(deployment, work pool) for every flow."""
+    from flows.delete_model import delete_model
+    from flows.ensure_model import ensure_model
+    from flows.paths import clean_one_path, download_to_path
+    from flows.reconcile import reconcile
+
+    job = {"env": {"WEIGHTKEEPER_CONFIG": str(settings.config_path)}} if settings.config_path else {}
+
+    def deployment(flow, name: str, **kw) -> RunnerDeployment:
+        return flow.to_deployment(name=name, entrypoint_type=EntrypointType.MODULE_PATH, job_variables=job,
+                                  tags=["weightkeeper"], **kw)
+
+    out = [(deployment(ensure_model, ENSURE_FLOW), settings.work_pool),
+           (deployment(delete_model, DELETE_FLOW), settings.work_pool),
+           (deployment(reconcile, RECONCILE_FLOW, interval=settings.reconcile_interval_seconds), settings.work_pool)]
+    for pool in sorted({settings.pool_for(w.name) for w in settings.workspaces}):
+        out += [(deployment(download_to_path, pool), pool), (deployment(clean_one_path, pool), pool)]
+    return out
+
+
+def ensure_work_pools(pools: list[str]) -> list[str]:
+    """Create the missing pools as local process pools; returns the ones created."""
+    created = []
+    with get_client(sync_client=True) as client:
+        for pool in pools:
+            try:
+                client.read_work_pool(pool)
+            except ObjectNotFound:
+                client.create_work_pool(WorkPoolCreate(
+                    name=pool, type="process", base_job_template=ProcessWorker.get_default_base_job_template(),
+                    description="weightkeeper jobs on this host"))
+                created.append(pool)
+    return created
+
+
+def apply_deployments(settings: Settings) -> list[str]:
+    """Create or update the download limit, the work pools and every deployment; their names."""
+    ensure_download_limit(settings)
+    ensure_work_pools(sorted({pool for _, pool in declared(settings)}))
+    names = []
+    for deployment, pool in declared(settings):
+        deployment.apply(work_pool_name=pool)
+        names.append(f"{deployment.flow_name}/{deployment.name}")
+    return names

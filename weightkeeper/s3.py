@@ -1,0 +1,225 @@
+"""S3 with the real boto3 client: list a source prefix, stage a snapshot, fill a directory, delete a prefix.
+
+A staged object carries the file's expected digest in its metadata (`x-amz-meta-wk-digest`), so
+a later staging run skips every object already present with the right size and digest. Uploads
+go through boto3's transfer manager (multipart, parallel parts); fills stream ranged GETs into
+the same resumable, hashed `.part` files as downloads from the Hub.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import boto3
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+from weightkeeper.config import S3Settings
+from weightkeeper.download import (
+    FILE_WORKERS,
+    RemoteFile,
+    Snapshot,
+    Transfer,
+    HashingWriter,
+    expected_digest,
+    fetch_files,
+    safe_repo_path,
+)
+from weightkeeper.errors import CleanupError, DownloadError
+from weightkeeper.layout import S3Source, parse_s3_uri
+from weightkeeper.planning import select_files
+
+DIGEST_KEY = "wk-digest"
+PART_BYTES = 16 << 20
+TRANSFER = TransferConfig(multipart_threshold=PART_BYTES, multipart_chunksize=PART_BYTES, max_concurrency=8)
+READ_CHUNK = 1 << 20
+PLAIN_ETAG = re.compile(r'"?([0-9a-f]{32})"?')
+PERMANENT_CODES = {"NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchKey",
+                   "AllAccessDisabled", "InvalidBucketName", "InvalidObjectState"}
+CREDENTIAL_KEYS = {"aws_access_key_id", "aws_secret_access_key", "aws_session_token"}
+
+
+def make_client(s3: S3Settings, credentials: dict | None = None):
+    """An S3 client for `s3`; `credentials` (from a Prefect Secret block) or boto3's own chain (environment,
+    profile, instance role). Checksums only where S3 requires them, so S3-compatible servers work."""
+    if credentials is not None and (set(credentials) - CREDENTIAL_KEYS or "aws_access_key_id" not in credentials):
+        raise DownloadError(f"the S3 credentials block {s3.credentials_block!r} must hold a JSON object with "
+                            f"aws_access_key_id, aws_secret_access_key (and optionally aws_session_token)",
+                            permanent=True)
+    config = Config(request_checksum_calculation="when_required", response_checksum_validation="when_required",
+                    retries={"max_attempts": 5, "mode": "standard"}, max_pool_connections=64,
+                    connect_timeout=10, read_timeout=120)
+    session = boto3.session.Session(**(credentials or {}))
+    return session.client("s3", endpoint_url=s3.endpoint_url, region_name=s3.region, config=config)
+
+
+def s3_error(error: Exception, what: str) -> DownloadError:
+    """Translate a boto3 error into one line that says what to do."""
+    if isinstance(error, NoCredentialsError):
+        return DownloadError(f"no S3 credentials for {what}: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or name a "
+                             "Prefect Secret block in [s3] credentials_block", permanent=True)
+    if isinstance(error, ClientError):
+        code = error.response.get("Error", {}).get("Code", "")
+        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        permanent = code in PERMANENT_CODES or status in (400, 401, 403, 404)
+        return DownloadError(f"S3 answered {code or status} for {what}: "
+                             f"{error.response.get('Error', {}).get('Message', '')}; "
+                             f"{'fix the bucket, prefix or credentials' if permanent else 'will retry'}",
+                             permanent=permanent)
+    return DownloadError(f"cannot reach S3 for {what}: {error}; will retry")
+
+
+def split_uri(uri: str) -> tuple[str, str]:
+    """`s3://bucket/key/prefix/` -> (bucket, `key/prefix/`)."""
+    source = parse_s3_uri(uri)
+    return source.bucket, source.prefix
+
+
+def _objects(client, bucket: str, prefix: str, what: str) -> list[dict]:
+    try:
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        return [o for page in pages for o in page.get("Contents", [])]
+    except (BotoCoreError, ClientError) as e:
+        raise s3_error(e, what) from None
+
+
+def list_source(client, source: S3Source) -> Snapshot:
+    """The files of an S3 source prefix that loading needs (the same patterns as for the Hub).
+
+    Its "commit" is a digest of the listing (keys, sizes, ETags): it changes when the objects do.
+    """
+    objects = {o["Key"][len(source.prefix):]: o for o in _objects(client, source.bucket, source.prefix, source.uri)
+               if not o["Key"].endswith("/")}
+    if not objects:
+        raise DownloadError(f"no objects under {source.uri}; stage the model there first or fix the source",
+                            permanent=True)
+    files = []
+    for name in select_files(objects):
+        o = objects[safe_repo_path(name, source.uri)]
+        plain = PLAIN_ETAG.fullmatch(o.get("ETag", ""))
+        files.append(RemoteFile(name, o["Size"], "", md5=plain.group(1) if plain else None))
+    listing = "\n".join(f"{f.path}\0{f.size}\0{objects[f.path].get('ETag', '')}" for f in files)
+    return Snapshot(source.repo_id, hashlib.sha1(listing.encode()).hexdigest(), tuple(files))
+
+
+def s3_transfer(client, uri: str) -> Transfer:
+    """Objects under `uri` streamed with a ranged GET from the resume offset."""
+    bucket, prefix = split_uri(uri)
+
+    def transfer(remote: RemoteFile, writer: HashingWriter, resume: int) -> None:
+        what = f"s3://{bucket}/{prefix}{remote.path}"
+        try:
+            response = client.get_object(Bucket=bucket, Key=prefix + remote.path,
+                                         **({"Range": f"bytes={resume}-"} if resume else {}))
+            if resume and "ContentRange" not in response:
+                writer.seek(0)
+                writer.truncate(0)
+            for chunk in response["Body"].iter_chunks(READ_CHUNK):
+                writer.write(chunk)
+        except (BotoCoreError, ClientError) as e:
+            raise s3_error(e, what) from None
+
+    return transfer
+
+
+def fill_from_s3(client, uri: str, snapshot: Snapshot, target: Path, on_progress: Callable[[int], None],
+                 deadline: float) -> int:
+    """`fetch_files` from the staged (or source) prefix `uri`."""
+    return fetch_files(snapshot, target, s3_transfer(client, uri), on_progress, deadline, uri)
+
+
+def staged(client, bucket: str, key: str, remote: RemoteFile) -> bool:
+    """The object is there with the file's size and digest (so it need not be uploaded again)."""
+    try:
+        head = client.head_object(Bucket=bucket, Key=key)
+    except ClientError as e:
+        if e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+            return False
+        raise s3_error(e, f"s3://{bucket}/{key}") from None
+    except BotoCoreError as e:
+        raise s3_error(e, f"s3://{bucket}/{key}") from None
+    return head["ContentLength"] == remote.size and head.get("Metadata", {}).get(DIGEST_KEY) == expected_digest(remote)
+
+
+def stage_snapshot(client, uri: str, snapshot: Snapshot, fetch_one: Callable[[RemoteFile], Path],
+                   on_progress: Callable[[int], None]) -> tuple[int, int]:
+    """Upload every file of `snapshot` under `uri` that is not staged yet; returns (uploaded, skipped) files.
+
+    `fetch_one(file)` puts a verified local copy of the file on disk and returns its path; it is
+    removed once uploaded. `on_progress(bytes_staged)` may raise to stop (a deleted model).
+    """
+    bucket, prefix = split_uri(uri)
+    lock = threading.Lock()
+    counts = {"bytes": 0, "uploaded": 0, "skipped": 0}
+
+    def add(n: int, count: str | None = None) -> None:
+        with lock:
+            counts["bytes"] += n
+            if count:
+                counts[count] += 1
+            value = counts["bytes"]
+        on_progress(value)
+
+    def stage(remote: RemoteFile) -> None:
+        key = prefix + remote.path
+        if staged(client, bucket, key, remote):
+            add(remote.size, "skipped")
+            return
+        local = fetch_one(remote)
+        try:
+            client.upload_file(str(local), bucket, key, ExtraArgs={"Metadata": {DIGEST_KEY: expected_digest(remote)}},
+                               Config=TRANSFER, Callback=add)
+        except (BotoCoreError, ClientError) as e:
+            raise s3_error(e, f"s3://{bucket}/{key}") from None
+        except Exception as e:  # noqa: BLE001 - boto3 wraps client errors in S3UploadFailedError
+            if isinstance(e.__cause__ or e.__context__, (BotoCoreError, ClientError)):
+                raise s3_error(e.__cause__ or e.__context__, f"s3://{bucket}/{key}") from None
+            raise
+        local.unlink(missing_ok=True)
+        add(0, "uploaded")
+
+    with ThreadPoolExecutor(max_workers=FILE_WORKERS, thread_name_prefix="stage") as pool:
+        futures = [pool.submit(stage, f) for f in snapshot.files]
+        errors = []
+        for future in futures:
+            try:
+                future.result()
+            except BaseException as e:  # noqa: BLE001 - first error wins, the others are dropped
+                errors.append(e)
+                for other in futures:
+                    other.cancel()
+    if errors:
+        raise errors[0]
+    return counts["uploaded"], counts["skipped"]
+
+
+def delete_prefix(client, bucket: str, prefix: str) -> int:
+    """Delete every object whose key starts with `prefix` (which ends in '/'); returns how many.
+
+    Raises `CleanupError` when S3 refuses any delete or anything is left afterwards.
+    """
+    if not prefix.endswith("/"):
+        raise CleanupError(f"refusing to delete s3://{bucket}/{prefix}: a prefix must end with '/'")
+    uri = f"s3://{bucket}/{prefix}"
+    try:
+        keys = [o["Key"] for o in _objects(client, bucket, prefix, uri)]
+        for start in range(0, len(keys), 1000):
+            response = client.delete_objects(Bucket=bucket, Delete={
+                "Objects": [{"Key": k} for k in keys[start:start + 1000]], "Quiet": True})
+            if errors := response.get("Errors"):
+                first = errors[0]
+                raise CleanupError(f"S3 refused to delete {len(errors)} object(s) under {uri}: "
+                                   f"{first.get('Key')}: {first.get('Code')} {first.get('Message', '')}".rstrip())
+        left = client.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1).get("KeyCount", 0)
+    except (BotoCoreError, ClientError, DownloadError) as e:
+        reason = e if isinstance(e, DownloadError) else s3_error(e, uri)
+        raise CleanupError(str(reason)) from None
+    if left:
+        raise CleanupError(f"objects are still left under {uri} after deleting {len(keys)}")
+    return len(keys)

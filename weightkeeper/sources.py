@@ -1,0 +1,37 @@
+"""Where a model's bytes come from: the Hub directly, or S3 (its staged copy, or an s3:// source)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from weightkeeper.config import Settings
+from weightkeeper.download import Snapshot, fetch_snapshot
+from weightkeeper.errors import DownloadError
+from weightkeeper.layout import HfSource, S3Source, parse_source
+from weightkeeper.runtime import load_s3_credentials, load_token
+from weightkeeper.s3 import fill_from_s3, make_client
+
+
+def s3_client(settings: Settings):
+    """The S3 client of the `[s3]` settings, with credentials from its block or the environment."""
+    if settings.s3 is None:
+        raise DownloadError("S3 is not configured: add an [s3] table (bucket, prefix, endpoint_url) to "
+                            f"{settings.config_path or 'the config'}", permanent=True)
+    return make_client(settings.s3, load_s3_credentials(settings.s3.credentials_block))
+
+
+def s3_uri(settings: Settings, source: str, staging_uri: str | None) -> str | None:
+    """The S3 prefix to fill from: an s3:// source always; a staged copy only while staging is enabled."""
+    if isinstance(parse_source(source), S3Source):
+        return staging_uri or source
+    return staging_uri if settings.staging else None
+
+
+def fetch_model_files(settings: Settings, source: str, staging_uri: str | None, token_block: str | None,
+                      snapshot: Snapshot, target: Path, on_progress: Callable[[int], None], deadline: float) -> int:
+    """Fetch the snapshot's missing files into `target` from S3 when the model has it there, else the Hub."""
+    if uri := s3_uri(settings, source, staging_uri):
+        return fill_from_s3(s3_client(settings), uri, snapshot, target, on_progress, deadline)
+    return fetch_snapshot(HfSource(snapshot.repo_id, snapshot.commit), snapshot, target, settings.hf_endpoint,
+                          load_token(token_block), on_progress, deadline)

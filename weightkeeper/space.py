@@ -1,0 +1,42 @@
+"""Free-space check before a download: the bytes still missing must fit on the volume with a margin."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from weightkeeper.download import PARTIAL_DIR, RemoteFile, in_place
+from weightkeeper.errors import DownloadError
+from weightkeeper.planning import bytes_to_fetch, space_problem
+
+
+def _present(target: Path, remote: RemoteFile) -> int:
+    """Bytes of `remote` already in `target`: all of it in place, else what its partial file holds."""
+    if in_place(target, remote):
+        return remote.size
+    part = target / PARTIAL_DIR / f"{remote.path}.part"
+    return part.stat().st_size if part.is_file() else 0
+
+
+def volume_of(path: Path) -> tuple[str, int]:
+    """The mount point holding `path` (or its nearest existing parent) and its free bytes."""
+    existing = Path(path)
+    while not existing.exists():
+        existing = existing.parent
+    mount = os.path.realpath(existing)
+    while not os.path.ismount(mount):
+        mount = os.path.dirname(mount)
+    st = os.statvfs(existing)
+    return mount, st.f_bavail * st.f_frsize
+
+
+def check_free_space(name: str, target: Path, files: Iterable[RemoteFile], margin: int) -> None:
+    """Fail fast, before any byte is written, when the missing files do not fit on the volume."""
+    needed = bytes_to_fetch((f.size, _present(target, f)) for f in files)
+    mount, free = volume_of(target)
+    problem = space_problem(needed, free, margin, mount)
+    if problem:
+        raise DownloadError(f"no space for model {name!r} in {target}: it {problem}; nothing was written. "
+                            "Free space on the volume (or lower free_space_margin_bytes), then run "
+                            f"`weightkeeper model ensure {name}`", permanent=True)
