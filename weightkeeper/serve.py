@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -84,6 +85,9 @@ def serve(settings: Settings, port: int, api_host: str, api_port: int | None) ->
     from weightkeeper.api import create_app
     from weightkeeper.deployments import apply_deployments
 
+    # A supervisor stops services with SIGTERM; make it unwind the `finally`s so no worker or server is left
+    # behind (uvicorn re-raises the signal after its own shutdown, which would otherwise kill us on the spot).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with prefect_server(settings, port) as url, temporary_settings({PREFECT_API_URL: url}):
         names = apply_deployments(settings)
         workers = start_workers(settings, url)
