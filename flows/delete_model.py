@@ -38,7 +38,7 @@ def delete_model(name: str) -> str:
     paths = registry.get_model(name).local_paths
     if deployed():  # each path is a clean-path run in the work pool of its workspace
         if failed := run_path_jobs(CLEAN_FLOW, name, paths):
-            raise CleanupError(f"cleanup of {name!r} incomplete, the model is kept: {'; '.join(failed)}")
+            raise CleanupError(f"cleanup of {name!r} incomplete, the model is kept: {'; '.join(map(str, failed))}")
     else:
         futures = [cleaner.with_options(task_run_name=f"clean-{name}-{p.workspace}").submit(name, p.id) for p in paths]
         for future in futures:

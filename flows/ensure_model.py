@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 
-from flows.jobs import deployed, run_path_jobs
+from flows.jobs import deployed, download_paths
 from tasks.cleanup import clean_path
 from tasks.download import download_snapshot, record_size
 from tasks.report import finish_model, publish_paths
 from tasks.snapshot import resolve_revision
 from tasks.stage import stage_to_s3
-from weightkeeper.config import DOWNLOAD_FLOW, ENSURE_FLOW
+from weightkeeper.config import ENSURE_FLOW
 from weightkeeper.layout import HfSource, parse_source
 from weightkeeper.registry.common import DELETING, FAILED
 from weightkeeper.runs import holds_run_lease
@@ -39,7 +39,7 @@ def ensure_model(name: str) -> str:
             recorded = []
             paths = registry.get_model(name).local_paths
             if deployed():  # each path is a download-to-path run in the work pool of its workspace
-                done = not run_path_jobs(DOWNLOAD_FLOW, name, [p for p in paths if not p.retired])
+                done = download_paths(name, [p for p in paths if not p.retired])
             else:
                 for p in (p for p in paths if not p.retired):
                     download = download_snapshot.with_options(task_run_name=f"download-{name}-{p.workspace}").submit(

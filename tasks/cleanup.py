@@ -12,12 +12,17 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from prefect import get_run_logger, task
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+from prefect.states import Cancelled, Cancelling
 
 from tasks.download import path_holder
 from weightkeeper.errors import CleanupError, DownloadError, UnsafePathError
 from weightkeeper.events import emit_phase
 from weightkeeper.fsops import remove_model_files, remove_model_path
+from weightkeeper.config import DOWNLOAD_FLOW, Settings, job_run_name
 from weightkeeper.guard import check_removable, check_staged_prefix
+from weightkeeper.pods import live_pods
 from weightkeeper.registry import Holder, Model
 from weightkeeper.registry.common import CLEANING, process_start_time, utcnow
 from weightkeeper.runtime import runtime
@@ -70,8 +75,10 @@ def stop_downloads(name: str) -> int:
     seen: set[str] = set()
     signalled: dict[int, float] = {}
     while True:
-        active = _running(registry.get_model(name), settings.lease_seconds)
-        if not active:
+        model = registry.get_model(name)
+        active = _running(model, settings.lease_seconds)
+        pods = [] if active else _job_pods(settings, model)  # the leases first, then what the clusters say
+        if not active and not pods:
             if seen:
                 logger.info("%s: %d download(s) stopped", name, len(seen))
             return len(seen)
@@ -83,12 +90,32 @@ def stop_downloads(name: str) -> int:
                 logger.warning("%s: %s (run %s, pid %d) stopped heartbeating; sending %s", name, w.what, w.holder.run,
                                w.holder.pid, sig.name)
                 os.kill(w.holder.pid, sig)
-        registry.set_message(name, f"stopping {len(active)} download(s) before cleanup: "
-                                   + ", ".join(w.what for w in active))
+        waiting = [w.what for w in active] + [f"pod {pod}" for pod in pods]
+        registry.set_message(name, f"stopping {len(waiting)} download(s) before cleanup: " + ", ".join(waiting))
         if time.monotonic() > deadline:
             raise CleanupError(f"downloads of {name!r} still running after {settings.stop_timeout_seconds:.0f}s: "
-                               + ", ".join(w.what for w in active) + "; the model is kept and deletion retried")
+                               + ", ".join(waiting) + "; the model is kept and deletion retried")
         time.sleep(STOP_POLL_SECONDS)
+
+
+def _job_pods(settings: Settings, model: Model) -> list[str]:
+    """Pods of the model's download jobs that a Kubernetes workspace still runs. Their unfinished runs are
+    asked to cancel (the worker then deletes their Jobs); a Cancelled run does not prove its pod is gone,
+    so only the cluster's answer counts."""
+    pods = []
+    for workspace in sorted({p.workspace for p in model.local_paths}):
+        ws = settings.workspace(workspace)
+        if ws is None or ws.kubernetes is None:
+            continue
+        with get_client(sync_client=True) as client:
+            runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(
+                any_=[job_run_name(DOWNLOAD_FLOW, model.name, workspace)])))
+            for run in runs:
+                if run.state and not run.state.is_final() and not run.state.is_cancelling():
+                    client.set_flow_run_state(run.id, Cancelled() if run.state.is_scheduled() else Cancelling(
+                        message=f"model {model.name!r} is being deleted"), force=True)
+        pods += live_pods(ws.kubernetes, [str(run.id) for run in runs])
+    return pods
 
 
 def _retry_cleanup(task, task_run, state) -> bool:

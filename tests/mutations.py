@@ -133,6 +133,14 @@ MUTATIONS = {
                               "            if row.holder != holder.run or row.phase == DELETING:",
                               "            if row.holder != holder.run:",
                               "tests/test_registry.py::test_staging_lease_and_who_holds_a_staged_prefix"),
+    "stop-waits-for-pods": ("tasks/cleanup.py", "        pods = [] if active else _job_pods(settings, model)",
+                            "        pods = []", "tests/test_kube.py::test_delete_waits_until_no_pod_of_a_download_run_remains"),
+    "failover-same-cluster": ("weightkeeper/planning.py", "if here.volume and w.cluster == here.cluster and",
+                              "if here.volume and", "tests/test_kube.py::test_failover_moves_only_to_the_same_volume_root_on_the_same_cluster"),
+    "failover-capped": ("weightkeeper/registry/store.py", "if row.phase == DELETING or p.failover_attempts >= limit:",
+                        "if row.phase == DELETING:", "tests/test_registry.py::test_failover_is_remembered_and_capped"),
+    "job-env-scrubbed": ("weightkeeper/kube.py", 'if (not k.startswith("PREFECT_") or k in WORKER_ENV) and', "if",
+                         "tests/test_kube.py::test_jobs_get_no_prefect_setting_or_token_of_the_process_that_starts_the_worker"),
 }
 
 

@@ -9,13 +9,22 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
 
 import pytest
 from kubernetes.client import ApiClient
 
-from weightkeeper.config import load_settings
+from weightkeeper.config import Workspace, load_settings
 from weightkeeper.errors import ConfigError, InvalidInputError
-from weightkeeper.kube import KubernetesTarget, job_variables, worker_environment, worker_manifests
+from weightkeeper.kube import (
+    KubernetesTarget,
+    base_job_template,
+    job_variables,
+    worker_environment,
+    worker_manifests,
+)
+from weightkeeper.planning import failover_workspace
 
 PVC = KubernetesTarget(namespace="team-a", image="registry.local/weightkeeper:0.1", volume_claim="models-a",
                        token_secret="hf-token", cpu="1", memory="2Gi")
@@ -128,7 +137,8 @@ def test_worker_manifests_validate_and_rbac_is_limited_to_jobs_and_pods_in_the_n
 def test_workspace_kubernetes_config_is_validated(tmp_path):
     def load(table: str):
         config = tmp_path / "config.toml"
-        config.write_text(f'[[workspaces]]\nname = "w"\nvolume = "/mnt/w"\n[workspaces.kubernetes]\n{table}\n')
+        config.write_text(f'[[workspaces]]\nname = "w"\nvolume = "/mnt/w"\nwork_pool = "w-pool"\n'
+                          f'[workspaces.kubernetes]\n{table}\n')
         return load_settings(config)
 
     ws = load('namespace = "team-a"\nimage = "img:1"\nvolume_claim = "models"').workspaces[0]
@@ -144,3 +154,149 @@ def test_workspace_kubernetes_config_is_validated(tmp_path):
         with pytest.raises(ConfigError) as e:
             load(table)
         assert error in str(e.value)
+
+
+def ws(name: str, cluster: str = "east", volume: str | None = "/mnt/shared") -> Workspace:
+    return Workspace(name=name, volume=volume, cluster=cluster)
+
+
+def test_failover_moves_only_to_the_same_volume_root_on_the_same_cluster():
+    workspaces = [ws("a"), ws("other-volume", volume="/mnt/else"), ws("west-twin", cluster="west"), ws("b"), ws("c")]
+    assert failover_workspace(workspaces, "a").name == "b"
+    assert failover_workspace(workspaces, "b").name == "c"
+    assert failover_workspace(workspaces, "c").name == "a"  # wraps around, in config order
+    assert failover_workspace(workspaces, "west-twin") is None  # an equal mount path elsewhere is another filesystem
+    assert failover_workspace(workspaces, "other-volume") is None
+    assert failover_workspace([ws("p", volume=None), ws("q", volume=None)], "p") is None  # no volume, no move
+    assert failover_workspace(workspaces, "gone") is None
+
+
+def test_kubernetes_workspaces_get_a_kubernetes_pool_from_the_template(tmp_path):
+    from prefect.client.orchestration import get_client
+
+    from weightkeeper.deployments import ensure_work_pools
+
+    config = tmp_path / "config.toml"
+    config.write_text(textwrap.dedent("""
+        work_pool = "kube-test-control"
+        [[workspaces]]
+        name = "gpu"
+        cluster = "east"
+        volume = "/mnt/gpu"
+        work_pool = "kube-test-east"
+        [workspaces.kubernetes]
+        namespace = "team-a"
+        image = "registry.local/weightkeeper:0.1"
+        volume_claim = "models"
+        [[workspaces]]
+        name = "local"
+        volume = "/mnt/local"
+    """))
+    settings = load_settings(config)
+    assert settings.kubernetes_pools == {"kube-test-east"}
+    assert set(ensure_work_pools(settings)) == {"kube-test-east", "kube-test-control"}
+    assert ensure_work_pools(settings) == []  # idempotent
+    with get_client(sync_client=True) as client:
+        east, control = client.read_work_pool("kube-test-east"), client.read_work_pool("kube-test-control")
+    assert east.type == "kubernetes" and east.base_job_template == base_job_template()
+    assert control.type == "process"
+
+
+def test_a_workspace_job_reads_the_token_from_the_mounted_secret(monkeypatch):
+    from weightkeeper.runtime import load_token
+
+    monkeypatch.setenv("WEIGHTKEEPER_TOKEN_ENV", "HF_TOKEN")
+    monkeypatch.setenv("HF_TOKEN", "hf_fromTheSecret")
+    assert load_token("no-such-block") == "hf_fromTheSecret"  # no Prefect block is read in the pod
+    assert load_token(None) is None  # a public model uses no token, even when one is around
+
+
+@pytest.mark.parametrize(("extra", "error"), [
+    ("", "needs a work_pool of its own"),
+    ('work_pool = "shared"\n[[workspaces]]\nname = "plain"\nvolume = "/mnt/p"\nwork_pool = "shared"',
+     "a Kubernetes pool serves workspaces of one cluster only"),
+])
+def test_kubernetes_pools_are_their_own(tmp_path, extra, error):
+    config = tmp_path / "config.toml"
+    head, _, tail = extra.partition("\n")
+    config.write_text(f'[[workspaces]]\nname = "gpu"\nvolume = "/mnt/gpu"\n{head if head.startswith("work_pool") else ""}\n'
+                      f'[workspaces.kubernetes]\nnamespace = "a"\nimage = "i"\nvolume_claim = "v"\n{tail}\n')
+    with pytest.raises(ConfigError) as e:
+        load_settings(config)
+    assert error in str(e.value)
+
+
+def test_delete_waits_until_no_pod_of_a_download_run_remains(wk, hub, tmp_path):
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.states import Running
+
+    from conftest import tiny_files
+    from fakekube import FakeKubernetes
+    from flows.delete_model import delete_model
+    from flows.ensure_model import ensure_model
+    from test_lifecycle import in_thread, wait_until
+
+    cluster = FakeKubernetes()
+    volume = wk.volumes["team-a"]
+    wk.config.write_text(textwrap.dedent(f"""
+        home = "{wk.root}"
+        registry_url = "{wk._registry_url}"
+        hf_endpoint = "{hub.url}"
+        lease_seconds = 5
+        cleanup_retry_seconds = 0.2
+        cleanup_retry_max_seconds = 1
+        [[workspaces]]
+        name = "gpu"
+        cluster = "east"
+        volume = "{volume}"
+        work_pool = "kube-gpu"
+        [workspaces.kubernetes]
+        namespace = "team-a"
+        image = "registry.local/weightkeeper:0.1"
+        volume_claim = "models"
+        kubeconfig = "{cluster.kubeconfig(tmp_path / 'kubeconfig')}"
+    """))
+    hub.add_repo("acme/kube", tiny_files("kube"))
+    wk.declare("kube", "hf://acme/kube")
+    assert ensure_model("kube") == "Ready"
+    path = Path(wk.registry.get_model("kube").local_paths[0].path)
+
+    @flow(name="download-to-path")
+    def stand_in() -> None:  # a download run whose job a Kubernetes worker started
+        pass
+
+    with get_client(sync_client=True) as client:
+        run = client.create_flow_run(stand_in, name="download-kube-gpu", state=Running())
+    cluster.pods[("team-a", str(run.id))] = [("download-kube-gpu-x7k2p", "Running")]
+    try:
+        deletion = in_thread(delete_model, "kube")
+        wait_until(lambda: "pod team-a/download-kube-gpu-x7k2p" in wk.registry.get_model("kube").message,
+                   what="delete to wait for the pod")
+        time.sleep(2)
+        assert path.is_dir() and wk.registry.get_model("kube").local_paths  # nothing cleaned while the pod lives
+        with get_client(sync_client=True) as client:
+            assert client.read_flow_run(run.id).state.is_cancelling()  # its run was asked to stop
+        assert ("/api/v1/namespaces/team-a/pods", f"prefect.io/flow-run-id={run.id}") in cluster.requests
+        cluster.pods[("team-a", str(run.id))] = [("download-kube-gpu-x7k2p", "Failed")]  # the pod is gone
+        deletion.join(60)
+        assert deletion.result.get("value") == "Released"
+        assert not path.exists() and wk.registry.find_model("kube") is None
+    finally:
+        cluster.stop()
+
+
+def test_worker_manifests_from_the_cli(tmp_path):
+    import yaml
+
+    config = tmp_path / "config.toml"
+    config.write_text('[[workspaces]]\nname = "gpu"\nvolume = "/mnt/gpu"\nwork_pool = "east-gpu"\n'
+                      '[workspaces.kubernetes]\nnamespace = "team-a"\nimage = "img:1"\nvolume_claim = "models"\n')
+    run = [sys.executable, "-m", "weightkeeper.cli", "--config", str(config), "kubernetes", "worker-manifests"]
+    out = subprocess.run([*run, "gpu", "--api-url", "http://prefect.svc/api"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    docs = list(yaml.safe_load_all(out.stdout))
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "ServiceAccount", "Role", "RoleBinding", "Deployment"]
+    assert docs[-1]["spec"]["template"]["spec"]["containers"][0]["image"] == "img:1"
+    bad = subprocess.run([*run, "nope", "--api-url", "x"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "has no [workspaces.kubernetes] table" in bad.stderr

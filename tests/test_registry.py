@@ -177,3 +177,18 @@ def test_staging_lease_and_who_holds_a_staged_prefix(registry):
     assert registry.claim_staging("c", uri, holder(4), 60) == Claim("wait", "b")
     registry.clear_staging("b")
     assert registry.claim_staging("c", uri, holder(4), 60).ok
+
+
+def test_failover_is_remembered_and_capped(registry):
+    registry.create_model(spec("f"), plan("/v/models/o--n"))
+    (path,) = registry.get_model("f").local_paths
+    for attempt, workspace in enumerate(["b", "a", "b"], start=1):
+        assert registry.fail_over("f", path.id, workspace, 3)
+        moved = registry.get_model("f").local_paths[0]
+        assert (moved.workspace, moved.failover_attempts, moved.status) == (workspace, attempt, "Pending")
+        assert f"failover {attempt} of 3" in moved.message and moved.path == "/v/models/o--n"
+    assert not registry.fail_over("f", path.id, "a", 3)  # three moves at most
+    assert registry.get_model("f").local_paths[0].to_json()["failoverAttempts"] == 3
+    registry.create_model(spec("g"), plan("/v/models/o--g"))
+    registry.mark_deleting("g")
+    assert not registry.fail_over("g", registry.get_model("g").local_paths[0].id, "b", 3)

@@ -237,6 +237,21 @@ def cmd_serve(args, settings: Settings) -> int:
     return serve(settings, args.prefect_port, args.api_host, None if args.no_api else args.api_port)
 
 
+def cmd_worker_manifests(args, settings: Settings) -> int:
+    """The manifests of a Kubernetes workspace's worker, as YAML for `kubectl apply -f -`."""
+    import yaml
+
+    from weightkeeper.kube import worker_manifests
+
+    ws = settings.workspace(args.workspace)
+    if ws is None or ws.kubernetes is None:
+        raise InvalidInputError(f"workspace {args.workspace!r} has no [workspaces.kubernetes] table in "
+                                f"{settings.config_path or 'the config'}")
+    print(yaml.safe_dump_all(worker_manifests(ws.work_pool, ws.kubernetes.namespace, args.api_url,
+                                              args.image or ws.kubernetes.image), sort_keys=False), end="")
+    return 0
+
+
 def cmd_demo(args, settings: Settings) -> int:
     from weightkeeper.demo import run_demo
 
@@ -303,6 +318,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-api", action="store_true", help="serve the deployments only")
     p.set_defaults(func=cmd_serve)
 
+    kube = sub.add_parser("kubernetes", help="Kubernetes workspaces").add_subparsers(dest="action", required=True)
+    p = kube.add_parser("worker-manifests", help="print a workspace pool's worker, its RBAC and service accounts")
+    p.add_argument("workspace")
+    p.add_argument("--api-url", required=True, help="the Prefect API URL as the cluster reaches it")
+    p.add_argument("--image", help="the worker image (default: the workspace's job image)")
+    p.set_defaults(func=cmd_worker_manifests)
+
     p = sub.add_parser("run", help=argparse.SUPPRESS)
     p.add_argument("flow", choices=["ensure-model", "delete-model"])
     p.add_argument("name")
@@ -328,10 +350,10 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["WEIGHTKEEPER_CONFIG"] = str(settings.config_path)
         return args.func(args, settings)
     except (InvalidInputError, ConflictError, NotFoundError) as e:
-        err_console.print(f"error: {e}", highlight=False)
+        err_console.print(f"error: {e}", highlight=False, markup=False, soft_wrap=True)
         return 2
     except WeightkeeperError as e:
-        err_console.print(f"error: {e}", highlight=False)
+        err_console.print(f"error: {e}", highlight=False, markup=False, soft_wrap=True)
         return 1
     except KeyboardInterrupt:
         err_console.print("interrupted: partial files are kept; `weightkeeper model ensure NAME` resumes")

@@ -61,6 +61,11 @@ def deployment_name(flow: str, pool: str | None = None) -> str:
     return f"{flow}/{pool or flow}"
 
 
+def job_run_name(flow: str, model: str, workspace: str) -> str:
+    """The name of a per-path job run: `download-<model>-<workspace>` or `clean-<model>-<workspace>`."""
+    return f"{flow.split('-')[0]}-{model}-{workspace}"
+
+
 @dataclass(frozen=True)
 class Workspace:
     name: str
@@ -134,6 +139,11 @@ class Settings:
     @property
     def pools(self) -> list[str]:
         return sorted({self.work_pool, *(w.work_pool for w in self.workspaces if w.work_pool)})
+
+    @property
+    def kubernetes_pools(self) -> set[str]:
+        """Pools of workspaces that run their jobs in a Kubernetes cluster (their workers run there too)."""
+        return {w.work_pool for w in self.workspaces if w.kubernetes}
 
     @property
     def volume_rules(self) -> list[VolumeRule]:
@@ -294,6 +304,14 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
     digests = [u.token_sha256 for u in users if u.token_sha256]
     if len({u.name for u in users}) != len(users) or len(set(digests)) != len(digests):
         raise ConfigError(f"{where}: user names and tokens must be unique")
+    for w in workspaces:
+        if w.kubernetes and not w.work_pool:
+            raise ConfigError(f"{where}: workspace {w.name!r} runs its jobs in Kubernetes and needs a work_pool of its own")
+        mixed = [o.name for o in workspaces if o.work_pool == w.work_pool and (bool(o.kubernetes) != bool(w.kubernetes)
+                                                                            or o.cluster != w.cluster)]
+        if w.kubernetes and mixed:
+            raise ConfigError(f"{where}: work pool {w.work_pool!r} of Kubernetes workspace {w.name!r} is also used by "
+                              f"{mixed}; a Kubernetes pool serves workspaces of one cluster only")
     roots = sorted(w.volume for w in workspaces if w.volume)
     for outer, inner in zip(roots, roots[1:]):
         if inner.startswith(outer + "/"):

@@ -18,6 +18,7 @@ from prefect.exceptions import ObjectNotFound
 from prefect.workers.process import ProcessWorker
 
 from weightkeeper.config import DELETE_FLOW, ENSURE_FLOW, RECONCILE_FLOW, Settings
+from weightkeeper.kube import base_job_template
 from weightkeeper.runtime import ensure_download_limit
 
 
@@ -42,17 +43,22 @@ def declared(settings: Settings) -> list[tuple[RunnerDeployment, str]]:
     return out
 
 
-def ensure_work_pools(pools: list[str]) -> list[str]:
-    """Create the missing pools as local process pools; returns the ones created."""
+def ensure_work_pools(settings: Settings) -> list[str]:
+    """Create the missing pools: Kubernetes pools from `infra/kubernetes/base-job-template.json` for workspaces
+    that run their jobs in a cluster, local process pools for the others; returns the ones created."""
     created = []
     with get_client(sync_client=True) as client:
-        for pool in pools:
+        for pool in settings.pools:
             try:
                 client.read_work_pool(pool)
             except ObjectNotFound:
-                client.create_work_pool(WorkPoolCreate(
-                    name=pool, type="process", base_job_template=ProcessWorker.get_default_base_job_template(),
-                    description="weightkeeper jobs on this host"))
+                if pool in settings.kubernetes_pools:
+                    create = WorkPoolCreate(name=pool, type="kubernetes", base_job_template=base_job_template(),
+                                            description="weightkeeper jobs in a workspace's Kubernetes namespace")
+                else:
+                    create = WorkPoolCreate(name=pool, type="process", description="weightkeeper jobs on this host",
+                                            base_job_template=ProcessWorker.get_default_base_job_template())
+                client.create_work_pool(create)
                 created.append(pool)
     return created
 
@@ -60,7 +66,7 @@ def ensure_work_pools(pools: list[str]) -> list[str]:
 def apply_deployments(settings: Settings) -> list[str]:
     """Create or update the download limit, the work pools and every deployment; their names."""
     ensure_download_limit(settings)
-    ensure_work_pools(sorted({pool for _, pool in declared(settings)}))
+    ensure_work_pools(settings)
     names = []
     for deployment, pool in declared(settings):
         deployment.apply(work_pool_name=pool)

@@ -34,6 +34,8 @@ class KubernetesTarget:
     config_map: str = "weightkeeper-config"  # ConfigMap with weightkeeper's config.toml
     cpu: str | None = None
     memory: str | None = None
+    kubeconfig: str | None = None  # how the control plane reaches the cluster (default: in-cluster, ~/.kube/config)
+    context: str | None = None
 
 
 def base_job_template() -> dict:

@@ -120,3 +120,19 @@ def space_problem(needed: int, free: int, margin: int, volume: str) -> str | Non
         return None
     return (f"needs {needed} bytes, {free} free on {volume} "
             f"(a download leaves free_space_margin_bytes = {margin} free)")
+
+
+MAX_FAILOVERS = 3
+
+
+def failover_workspace(workspaces: Sequence[Workspace], current: str) -> Workspace | None:
+    """Where a crashed job of workspace `current` may run instead: the next workspace (in config order,
+    wrapping around) of the same cluster that mounts the same volume root, so the recorded path is the
+    same directory. An equal mount path on another cluster is another filesystem: never a candidate."""
+    names = [w.name for w in workspaces]
+    if current not in names:
+        return None
+    i = names.index(current)
+    here = workspaces[i]
+    return next((w for w in [*workspaces[i + 1:], *workspaces[:i]]
+                 if here.volume and w.cluster == here.cluster and w.volume == here.volume), None)

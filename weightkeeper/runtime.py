@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 
@@ -88,8 +89,16 @@ def _load_secret(block: str, what: str):
 
 
 def load_token(block: str | None) -> str | None:
-    """The token in a Prefect Secret block; never returned from a task or logged."""
-    return _load_secret(block, "token") if block else None
+    """The token in a Prefect Secret block; never returned from a task or logged.
+
+    In a Kubernetes workspace job the token comes from the namespace's Secret instead, as the
+    variable that `WEIGHTKEEPER_TOKEN_ENV` names (set by the job template only for models with a token).
+    """
+    if not block:
+        return None
+    if (variable := os.environ.get("WEIGHTKEEPER_TOKEN_ENV")) and os.environ.get(variable):
+        return os.environ[variable]
+    return _load_secret(block, "token")
 
 
 def load_s3_credentials(block: str | None) -> dict | None:

@@ -70,12 +70,14 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def start_workers(settings: Settings, api_url: str) -> list[subprocess.Popen]:
-    """One process worker per work pool of this host."""
+    """One process worker per work pool of this host (a Kubernetes pool's worker runs in its cluster:
+    `weightkeeper kubernetes worker-manifests`)."""
     env = dict(os.environ, PREFECT_API_URL=api_url)
     if settings.config_path:
         env["WEIGHTKEEPER_CONFIG"] = str(settings.config_path)
     return [_spawn(["prefect", "worker", "start", "--pool", pool, "--type", "process", "--name", f"{pool}-worker"],
-                   settings.home / "logs" / f"worker-{pool}.log", env) for pool in settings.pools]
+                   settings.home / "logs" / f"worker-{pool}.log", env)
+            for pool in settings.pools if pool not in settings.kubernetes_pools]
 
 
 def serve(settings: Settings, port: int, api_host: str, api_port: int | None) -> int:

@@ -59,10 +59,11 @@ class LocalPath:
     verified_at: datetime | None
     retired: bool
     adopted: bool
+    failover_attempts: int = 0
 
     def to_json(self, shared: dict | None = None) -> dict:
         out = {"workspace": self.workspace, "cluster": self.cluster, "path": self.path, "status": self.status,
-               "retired": self.retired,
+               "retired": self.retired, "failoverAttempts": self.failover_attempts,
                "sizeBytes": self.size_bytes, "message": self.message, "shared": self.artifact_id is not None,
                "progress": {"bytesDone": self.bytes_done, "bytesTotal": self.bytes_total}}
         if shared is not None:
@@ -151,7 +152,7 @@ def _holder(row) -> Holder | None:
 def _path_view(row: LocalPathRow) -> LocalPath:
     return LocalPath(row.id, row.workspace, row.cluster, row.path, row.status, row.message, row.size_bytes,
                      row.bytes_done, row.bytes_total, row.owned, row.artifact_id, _holder(row), _utc(row.heartbeat_at),
-                     _utc(row.verified_at), row.retired, row.adopted)
+                     _utc(row.verified_at), row.retired, row.adopted, row.failover_attempts)
 
 
 def _view(row: ModelRow) -> Model:
@@ -548,6 +549,21 @@ class Registry(ArtifactOps, RunOps):
             if size_bytes is not None:
                 p.size_bytes = p.bytes_done = size_bytes
             p.holder = p.holder_host = p.holder_pid = p.holder_started = p.heartbeat_at = None
+
+    def fail_over(self, name: str, path_id: int, workspace: str, limit: int) -> bool:
+        """Move a path whose job crashed to another workspace (same cluster and volume root, so the same
+        directory), at most `limit` times per path; False when the attempts are used up or the model is
+        deleting. A crashed job's lease is kept: the new job waits until it lapses."""
+        with self._tx() as s:
+            row = self._model(s, name)
+            p = self._path(row, path_id)
+            if row.phase == DELETING or p.failover_attempts >= limit:
+                return False
+            p.failover_attempts += 1
+            p.message = (f"the job in workspace {p.workspace!r} crashed; moved to workspace {workspace!r} "
+                         f"(failover {p.failover_attempts} of {limit})")
+            p.workspace, p.status, p.updated_at = workspace, PENDING, utcnow()
+            return True
 
     def set_path_verified(self, name: str, path_id: int, status: str) -> None:
         with self._tx() as s:

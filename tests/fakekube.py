@@ -1,0 +1,75 @@
+"""The Kubernetes API faked at the HTTP boundary: no API server can run on these machines, so the real
+`kubernetes` client talks, through a kubeconfig, to this loopback server. It answers pod lists by
+label selector from `pods` and records each request; nothing else of the API exists."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, format, *args):  # noqa: A002 - quiet
+        pass
+
+    def do_GET(self):
+        fake = self.server.fake
+        url = urlsplit(self.path)
+        parts = url.path.strip("/").split("/")
+        selector = parse_qs(url.query).get("labelSelector", [""])[0]
+        with fake.lock:
+            fake.requests.append((url.path, selector))
+            if len(parts) != 5 or parts[:3] != ["api", "v1", "namespaces"] or parts[4] != "pods":
+                self._reply(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404})
+                return
+            key, _, value = selector.partition("=")
+            items = [{"metadata": {"name": pod, "namespace": parts[3], "labels": {key: value}},
+                      "status": {"phase": phase}} for pod, phase in fake.pods.get((parts[3], value), [])]
+        self._reply(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"},
+                          "items": items})
+
+    def _reply(self, status: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    fake: FakeKubernetes
+
+
+class FakeKubernetes:
+    """`pods[(namespace, flow_run_id)] = [(pod name, phase), ...]`; `requests` lists (path, labelSelector)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.pods: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        self.requests: list[tuple[str, str]] = []
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.fake = self
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def kubeconfig(self, path: Path) -> Path:
+        path.write_text(json.dumps({  # JSON is YAML
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
+        return path
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
