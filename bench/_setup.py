@@ -115,3 +115,22 @@ def sh(*args: str, env: dict | None = None) -> None:
 
 def row(benchmark: str, ours: str, reference: str, ratio: str) -> None:
     print(f"| {benchmark} | {ours} | {reference} | {ratio} |", flush=True)
+
+
+def tiny_pipeline(root: Path):
+    """A tiny repository `bench/tiny` served by a Hub process and one workspace `bench`: (hub, declare),
+    where `declare(name)` declares a model of it at `models/<name>`."""
+    write_repo(root / "tiny", shards=1, shard_mib=1, seed="tiny")
+    hub = HubProcess(root / "hub", {"bench/tiny": root / "tiny"})
+    write_config(root, hub.url, {"bench": root / "volume"})
+    from weightkeeper.config import load_settings
+    from weightkeeper.service import declare_model, registry_for
+
+    settings = load_settings()
+    registry = registry_for(settings)
+
+    def declare(name: str) -> None:
+        declare_model(settings, registry, name=name, source="hf://bench/tiny", owner_name="bench", owner_uid=0,
+                      workspaces=["bench"], subpath=f"models/{name}")
+
+    return hub, declare

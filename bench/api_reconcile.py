@@ -18,6 +18,7 @@ from pathlib import Path
 
 os.environ.setdefault("PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE", "prefect.server.concurrency.lease_storage.filesystem")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 TOKEN = "bench-token"
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 

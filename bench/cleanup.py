@@ -15,7 +15,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from _setup import HubProcess, prepare_environment, row, sh, timed, write_config, write_repo
+from _setup import prepare_environment, row, sh, timed, tiny_pipeline
 
 
 def fill(directory: Path, count: int) -> None:
@@ -34,21 +34,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="wk-bench-cleanup-", dir="/var/tmp") as tmp:
         root = Path(tmp)
         prepare_environment(root)
-        write_repo(root / "tiny", shards=1, shard_mib=1, seed="tiny")
-        hub = HubProcess(root / "hub", {"bench/tiny": root / "tiny"})
-        write_config(root, hub.url, {"bench": root / "volume"})
+        hub, declare = tiny_pipeline(root)
 
         from flows.delete_model import delete_model
         from flows.ensure_model import ensure_model
-        from weightkeeper.config import load_settings
-        from weightkeeper.service import declare_model, registry_for
 
-        settings = load_settings()
-        registry = registry_for(settings)
-        declare_model(settings, registry, name="many", source="hf://bench/tiny", owner_name="bench", owner_uid=0,
-                      workspaces=["bench"], subpath="models/many")
+        declare("many")
         assert ensure_model("many") == "Ready"
-        path = Path(registry.get_model("many").local_paths[0].path)
+        path = root / "volume" / "models" / "many" / "bench--tiny"
+        assert path.is_dir()
         fill(path, count)
         sh("cp", "-a", str(path), str(root / "copy"))
         sh("sync")

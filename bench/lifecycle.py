@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _setup import HubProcess, median_of, prepare_environment, row, sh, timed, write_config, write_repo
+from _setup import median_of, prepare_environment, row, sh, timed, tiny_pipeline
 
 
 def main() -> None:
@@ -25,23 +25,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="wk-bench-lifecycle-", dir="/var/tmp") as tmp:
         root = Path(tmp)
         prepare_environment(root)
-        write_repo(root / "tiny", shards=1, shard_mib=1, seed="tiny")
-        hub = HubProcess(root / "hub", {"bench/tiny": root / "tiny"})
-        write_config(root, hub.url, {"bench": root / "volume"})
+        hub, declare = tiny_pipeline(root)
 
         from flows.delete_model import delete_model
         from flows.ensure_model import ensure_model
-        from weightkeeper.config import load_settings
-        from weightkeeper.service import declare_model, registry_for
 
-        settings = load_settings()
-        registry = registry_for(settings)
         counter = iter(range(10 ** 6))
 
         def create() -> str:
             name = f"tiny-{next(counter)}"
-            declare_model(settings, registry, name=name, source="hf://bench/tiny", owner_name="bench", owner_uid=0,
-                          workspaces=["bench"], subpath=f"models/{name}")
+            declare(name)
             assert ensure_model(name) == "Ready"
             return name
 

@@ -141,6 +141,10 @@ MUTATIONS = {
                         "if row.phase == DELETING:", "tests/test_registry.py::test_failover_is_remembered_and_capped"),
     "job-env-scrubbed": ("weightkeeper/kube.py", 'if (not k.startswith("PREFECT_") or k in WORKER_ENV) and', "if",
                          "tests/test_kube.py::test_jobs_get_no_prefect_setting_or_token_of_the_process_that_starts_the_worker"),
+    "retry-only-disconnects": ("weightkeeper/registry/store.py",
+                               "if not e.connection_invalidated or attempt == DISCONNECT_RETRIES:",
+                               "if attempt == DISCONNECT_RETRIES:",
+                               "tests/test_registry.py::test_a_call_whose_connection_is_cut_is_retried_and_other_errors_are_not"),
 }
 
 

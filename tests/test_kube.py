@@ -300,3 +300,54 @@ def test_worker_manifests_from_the_cli(tmp_path):
     assert docs[-1]["spec"]["template"]["spec"]["containers"][0]["image"] == "img:1"
     bad = subprocess.run([*run, "nope", "--api-url", "x"], capture_output=True, text=True)
     assert bad.returncode == 2 and "has no [workspaces.kubernetes] table" in bad.stderr
+
+
+def test_a_kubernetes_workspace_run_carries_the_owner_the_volume_and_the_token_secret(wk, hub):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+    from prefect.states import Cancelled
+
+    from flows.jobs import run_path_jobs
+    from test_lifecycle import in_thread, wait_until
+    from weightkeeper.deployments import declared, ensure_work_pools
+
+    wk.config.write_text(textwrap.dedent(f"""
+        home = "{wk.root}"
+        registry_url = "{wk._registry_url}"
+        hf_endpoint = "{hub.url}"
+        [[workspaces]]
+        name = "gpu"
+        cluster = "east"
+        volume = "{wk.volumes['team-a']}"
+        work_pool = "kube-runs-gpu"
+        [workspaces.kubernetes]
+        namespace = "team-a"
+        image = "registry.local/weightkeeper:0.1"
+        volume_claim = "models-a"
+        token_secret = "hf-token"
+    """))
+    settings = wk.settings
+    ensure_work_pools(settings)
+    for deployment, pool in declared(settings):
+        if pool == "kube-runs-gpu":
+            deployment.apply(work_pool_name=pool)  # no worker: the run stays Scheduled, as in a busy cluster
+    model = wk.declare("kube-runs", "hf://acme/whatever", token_block="hf-token-block", owner_uid=4242)
+    jobs = in_thread(run_path_jobs, "download-to-path", "kube-runs", model.local_paths)
+
+    def created():
+        with get_client(sync_client=True) as client:
+            return client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(
+                any_=["download-kube-runs-gpu"])))
+
+    (run,) = wait_until(created, what="the download run")
+    variables = run.job_variables
+    assert (variables["run_as_user"], variables["run_as_group"], variables["namespace"]) == (4242, 4242, "team-a")
+    assert variables["volume"] == {"name": "workspace-volume", "persistentVolumeClaim": {"claimName": "models-a"}}
+    assert variables["volume_mount_path"] == str(wk.volumes["team-a"])
+    assert variables["env_from"] == [{"secretRef": {"name": "hf-token"}}]
+    assert "hf-token-block" not in str(variables)  # the Prefect block's name, let alone the token, is not passed
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(run.id, Cancelled(), force=True)
+    jobs.join(30)
+    (failure,) = jobs.result["value"]
+    assert not failure.crashed and "Cancelled" in failure.message  # cancelled, not crashed: no failover

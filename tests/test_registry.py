@@ -192,3 +192,26 @@ def test_failover_is_remembered_and_capped(registry):
     registry.create_model(spec("g"), plan("/v/models/o--g"))
     registry.mark_deleting("g")
     assert not registry.fail_over("g", registry.get_model("g").local_paths[0].id, "b", 3)
+
+
+def test_a_call_whose_connection_is_cut_is_retried_and_other_errors_are_not(registry, monkeypatch):
+    from sqlalchemy.exc import DBAPIError
+
+    from weightkeeper.registry.store import Registry
+
+    registry.create_model(spec("r"), plan())
+    real, calls = Registry._tx, []
+
+    def cut_once(self, *args, invalidated=True, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise DBAPIError("SELECT", {}, Exception("terminating connection"), connection_invalidated=invalidated)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Registry, "_tx", cut_once)
+    assert registry.get_model("r").name == "r" and len(calls) == 2
+    calls.clear()
+    monkeypatch.setattr(Registry, "_tx", lambda self, *a, **kw: cut_once(self, *a, invalidated=False, **kw))
+    with pytest.raises(DBAPIError):
+        registry.get_model("r")
+    assert len(calls) == 1

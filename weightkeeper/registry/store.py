@@ -7,7 +7,10 @@ other models' paths, take one advisory lock so two of them never decide on stale
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -18,7 +21,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, delete, event, select, text
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from weightkeeper.errors import ConflictError, NotFoundError
@@ -582,3 +585,30 @@ class Registry(ArtifactOps, RunOps):
             if row.phase != DELETING and not self._path(row, path_id).retired:
                 raise ConflictError(f"model {name!r} is not being deleted; its paths stay", "NotDeleting")
             s.execute(delete(LocalPathRow).where(LocalPathRow.id == path_id, LocalPathRow.model_id == row.id))
+
+
+
+DISCONNECT_RETRIES = 3
+
+
+def _retry_on_disconnect(method):
+    """Run a registry method again when its connection was cut (a database restart or failover, a killed
+    backend). Each method is one transaction, rolled back with the connection, so a retry never sees
+    half of it; the pool replaces the dead connection."""
+
+    @functools.wraps(method)
+    def run(*args, **kwargs):
+        for attempt in range(1, DISCONNECT_RETRIES + 1):
+            try:
+                return method(*args, **kwargs)
+            except DBAPIError as e:
+                if not e.connection_invalidated or attempt == DISCONNECT_RETRIES:
+                    raise
+                time.sleep(0.2 * attempt)
+
+    return run
+
+
+for _name, _method in inspect.getmembers(Registry, inspect.isfunction):
+    if not _name.startswith("_"):
+        setattr(Registry, _name, _retry_on_disconnect(_method))
