@@ -198,6 +198,14 @@ def in_place(target: Path, remote: RemoteFile) -> bool:
     return dest.is_file() and not dest.is_symlink() and dest.stat().st_size == remote.size
 
 
+def present_bytes(target: Path, remote: RemoteFile) -> int:
+    """Bytes of `remote` already in `target`: all of it in place, else what its partial file holds."""
+    if in_place(target, remote):
+        return remote.size
+    part = target / PARTIAL_DIR / f"{remote.path}.part"
+    return min(part.stat().st_size, remote.size) if part.is_file() else 0
+
+
 def fetch_file(target: Path, remote: RemoteFile, transfer: Transfer, on_bytes: Callable[[int], None],
                what: str) -> int:
     """Fetch one file into place through `<target>/.cache/weightkeeper/<file>.part` (resumed from its
@@ -260,11 +268,7 @@ def fetch_files(snapshot: Snapshot, target: Path, transfer: Transfer, on_progres
     """
     target.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
-    present = [0]
-    for f in snapshot.files:
-        part = target / PARTIAL_DIR / f"{f.path}.part"
-        present[0] += f.size if in_place(target, f) else (
-            min(part.stat().st_size, f.size) if part.is_file() else 0)
+    present = [sum(present_bytes(target, f) for f in snapshot.files)]
 
     def on_bytes(n: int) -> None:
         with lock:

@@ -6,17 +6,9 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from weightkeeper.download import PARTIAL_DIR, RemoteFile, in_place
+from weightkeeper.download import RemoteFile, present_bytes
 from weightkeeper.errors import DownloadError
 from weightkeeper.planning import bytes_to_fetch, space_problem
-
-
-def _present(target: Path, remote: RemoteFile) -> int:
-    """Bytes of `remote` already in `target`: all of it in place, else what its partial file holds."""
-    if in_place(target, remote):
-        return remote.size
-    part = target / PARTIAL_DIR / f"{remote.path}.part"
-    return part.stat().st_size if part.is_file() else 0
 
 
 def volume_of(path: Path) -> tuple[str, int]:
@@ -33,7 +25,7 @@ def volume_of(path: Path) -> tuple[str, int]:
 
 def check_free_space(name: str, target: Path, files: Iterable[RemoteFile], margin: int) -> None:
     """Fail fast, before any byte is written, when the missing files do not fit on the volume."""
-    needed = bytes_to_fetch((f.size, _present(target, f)) for f in files)
+    needed = bytes_to_fetch((f.size, present_bytes(target, f)) for f in files)
     mount, free = volume_of(target)
     problem = space_problem(needed, free, margin, mount)
     if problem:
