@@ -215,3 +215,15 @@ def test_a_call_whose_connection_is_cut_is_retried_and_other_errors_are_not(regi
     with pytest.raises(DBAPIError):
         registry.get_model("r")
     assert len(calls) == 1
+
+
+def test_run_leases_survive_concurrent_claims_and_releases(registry):
+    registry.create_model(spec("c"), plan())
+
+    def work(i: int) -> bool:
+        for _ in range(15):  # a zero lease is never fresh: every claim takes over while others release
+            registry.claim_run("c", "ensure-model", holder(i), 0.0)
+            registry.release_run("c", holder(i))
+        return True
+
+    assert all(parallel(6, work))

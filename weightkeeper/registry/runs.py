@@ -67,11 +67,17 @@ class RunOps:
             row.holder_started, row.heartbeat_at = holder.started, utcnow()
             return None
 
+    @staticmethod
+    def _locked(s, name: str) -> ModelRow | None:
+        """The model row, locked: every change to a run lease takes this lock first, as `claim_run` does,
+        so on PostgreSQL a claim never meets a lease that a finishing run removes meanwhile."""
+        return s.scalars(select(ModelRow).where(ModelRow.name == name).with_for_update()).first()
+
     def renew_run(self, name: str, holder: Holder) -> bool:
         """Renew the lease; False once another run took it over or the model is gone."""
         with self._tx() as s:
-            model = s.scalars(select(ModelRow).where(ModelRow.name == name)).first()
-            row = s.get(ModelRunRow, model.id, with_for_update=True) if model else None
+            model = self._locked(s, name)
+            row = s.get(ModelRunRow, model.id) if model else None
             if row is None or row.holder != holder.run:
                 return False
             row.heartbeat_at = utcnow()
@@ -79,8 +85,8 @@ class RunOps:
 
     def release_run(self, name: str, holder: Holder) -> None:
         with self._tx() as s:
-            model = s.scalars(select(ModelRow).where(ModelRow.name == name)).first()
-            row = s.get(ModelRunRow, model.id, with_for_update=True) if model else None
+            model = self._locked(s, name)
+            row = s.get(ModelRunRow, model.id) if model else None
             if row is not None and row.holder == holder.run:
                 s.delete(row)
 
