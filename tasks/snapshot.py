@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from prefect import get_run_logger, task
 
-from weightkeeper.download import RemoteFile, Snapshot, resolve_snapshot
+from weightkeeper.download import RemoteFile, Snapshot
+from weightkeeper.hub import resolve_snapshot
 from weightkeeper.errors import DownloadError, WeightkeeperError
 from weightkeeper.layout import HfSource, S3Source, parse_source
 from weightkeeper.registry.common import DOWNLOADING, FAILED

@@ -11,7 +11,8 @@ from prefect.runtime import flow_run, task_run
 from prefect.states import Cancelled
 
 from tasks.snapshot import retry_transient
-from weightkeeper.download import RemoteFile, Snapshot, fetch_file, hub_transfer
+from weightkeeper.download import RemoteFile, Snapshot, fetch_file
+from weightkeeper.hub import hub_transfer
 from weightkeeper.errors import DownloadCancelled, DownloadError
 from weightkeeper.layout import HfSource, staging_uri
 from weightkeeper.registry import Holder

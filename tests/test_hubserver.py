@@ -207,8 +207,8 @@ def test_fail_next_and_offline(hub, sha):
 
 
 def test_drop_after_is_resumed_by_http_get(hub, tmp_path):
-    # http_get writes in DOWNLOAD_CHUNK_SIZE chunks (10 MiB by default, 1 MiB once weightkeeper.download is
-    # imported): a drop mid-chunk loses that partial chunk, and the retry asks for a Range from the last whole one.
+    # http_get writes in DOWNLOAD_CHUNK_SIZE chunks (10 MiB by default): a drop mid-chunk loses that partial
+    # chunk, and the retry asks for a Range from the last whole one.
     from huggingface_hub import constants
 
     chunk = constants.DOWNLOAD_CHUNK_SIZE

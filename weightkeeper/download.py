@@ -1,50 +1,40 @@
-"""Fetching a snapshot into a model directory: from the Hub with the real `huggingface_hub` client, or
-(see `weightkeeper.s3`) from S3, through one resumable file fetch.
+"""Fetching a snapshot's files into a model directory through resumable, hashed partial files.
 
-`huggingface_hub` resumes a partial file only inside one call, so partial files are ours: each
-file streams into `<model dir>/.cache/weightkeeper/<file>.part`, is hashed while it arrives
-(sha256 for LFS files, the git blob sha1 for other Hub files, md5 for S3 objects with a plain
-ETag) and is moved into place only when complete and correct. A later run, in any process,
-resumes from the partial file's size.
+Each file arrives in `<model dir>/.cache/weightkeeper/<file>.part` and moves into place only when
+complete and its digest matches (sha256 for LFS files, the git blob sha1 for other Hub files, md5
+for S3 objects with a plain ETag). A file of at least two `PART_BYTES` is fetched as several byte
+ranges at once, each written at its offset; their progress is kept next to the partial file in
+`<file>.part.ranges`, so a later run, in any process, resumes every range where it stopped. A
+file in one range resumes from its partial file's size. A hasher thread per file follows the
+contiguous bytes on disk, so hashing overlaps the transfer.
+
+Where the bytes come from is a `Transfer`: `weightkeeper.hub` (ranged GETs from the Hub) or
+`weightkeeper.s3` (ranged GETs from S3).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import posixpath
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
-import httpx2
-from huggingface_hub import HfApi, constants, hf_hub_url
-from huggingface_hub.errors import (
-    GatedRepoError,
-    HfHubHTTPError,
-    RemoteEntryNotFoundError,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
-from huggingface_hub.file_download import http_get
-from huggingface_hub.utils import build_hf_headers
-
-from weightkeeper.errors import DownloadError, WeightkeeperError
-from weightkeeper.layout import SEGMENT, HfSource
-from weightkeeper.planning import select_files
-
-# `http_get` writes in chunks of this size: 1 MiB (instead of 10) bounds what a killed run loses per
-# file and how late a heartbeat, a cancellation or the timeout is noticed.
-constants.DOWNLOAD_CHUNK_SIZE = 1 << 20
+from weightkeeper.errors import DownloadError
+from weightkeeper.layout import SEGMENT
 
 CACHE_DIR = ".cache"
 PARTIAL_DIR = f"{CACHE_DIR}/weightkeeper"
-API_TIMEOUT_SECONDS = 30.0
-FILE_WORKERS = 8
+CONNECTIONS = 8  # ranges in flight at once, per fetch
+PART_BYTES = 32 << 20  # a file is split into ranges of at least this size, at most CONNECTIONS of them
+RANGE_RETRIES = 5  # a range whose connection is cut resumes this many times inside one run
+SAVE_SECONDS = 0.2  # how often the ranges' progress is written down
+HASH_CHUNK = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -74,6 +64,19 @@ class Snapshot:
         return sum(f.size for f in self.files)
 
 
+class TransferInterrupted(Exception):
+    """The connection of a range was cut: the range resumes from the bytes written so far."""
+
+
+class _Stopped(Exception):
+    """Another range of the same fetch failed: this one stops too (its error is the one reported)."""
+
+
+# `transfer(remote, start, end, write)` calls `write(chunk)` with bytes [start, end) of `remote`, in
+# order; it raises DownloadError for an answer it cannot use, TransferInterrupted when cut short.
+Transfer = Callable[[RemoteFile, int, int, Callable[[memoryview], None]], None]
+
+
 def safe_repo_path(path: str, repo_id: str) -> str:
     segments = path.split("/")
     if path.startswith("/") or posixpath.normpath(path) != path or any(
@@ -82,52 +85,6 @@ def safe_repo_path(path: str, repo_id: str) -> str:
         raise DownloadError(f"repository {repo_id} lists an unsafe file name {path!r}; refusing to download it",
                             permanent=True)
     return path
-
-
-def hub_error(error: Exception, source: HfSource, endpoint: str | None) -> DownloadError:
-    """Translate a client error into one line that says what to do."""
-    where = endpoint or "the Hugging Face Hub"
-    if isinstance(error, GatedRepoError):
-        return DownloadError(f"{source.repo_id} is gated on {where}: accept its terms on the Hub and give the model "
-                             "a token block (--token-block) of an account that has access", permanent=True)
-    if isinstance(error, RepositoryNotFoundError):
-        return DownloadError(f"repository {source.repo_id} was not found on {where} (if it is private, give the "
-                             "model a token block with access)", permanent=True)
-    if isinstance(error, RevisionNotFoundError):
-        return DownloadError(f"revision {source.revision!r} does not exist in {source.repo_id} on {where}",
-                             permanent=True)
-    if isinstance(error, RemoteEntryNotFoundError):
-        return DownloadError(f"a file of {source.repo_id} disappeared from {where}: {error}", permanent=True)
-    if isinstance(error, HfHubHTTPError):
-        status = error.response.status_code if error.response is not None else None
-        permanent = status in (400, 401, 403)
-        return DownloadError(f"{where} answered HTTP {status} for {source.repo_id}; "
-                             f"{'fix access and retry' if permanent else 'will retry'}", permanent=permanent)
-    if isinstance(error, httpx2.HTTPError):
-        return DownloadError(f"cannot reach {where} for {source.repo_id}: {error}; will retry")
-    if isinstance(error, OSError):
-        return DownloadError(f"download of {source.repo_id} from {where} was cut short: {error}; will retry")
-    return DownloadError(f"downloading {source.repo_id} failed: {error}")
-
-
-def resolve_snapshot(source: HfSource, endpoint: str | None, token: str | None) -> Snapshot:
-    """One request: the commit of the revision (a 40-hex revision as is) and the files to fetch."""
-    api = HfApi(endpoint=endpoint, token=token or False)
-    try:
-        info = api.model_info(source.repo_id, revision=source.revision, files_metadata=True,
-                              timeout=API_TIMEOUT_SECONDS)
-    except Exception as e:  # noqa: BLE001 - every client error becomes a DownloadError
-        raise hub_error(e, source, endpoint) from None
-    if not info.sha or (source.pinned_commit and info.sha != source.pinned_commit):
-        raise DownloadError(f"{endpoint or 'the Hub'} returned commit {info.sha!r} for {source.uri}", permanent=True)
-    siblings = {s.rfilename: s for s in info.siblings or []}
-    files = []
-    for name in select_files(siblings):
-        s = siblings[safe_repo_path(name, source.repo_id)]
-        if s.size is None or s.blob_id is None:
-            raise DownloadError(f"{endpoint or 'the Hub'} gave no size or blob id for {name} in {source.repo_id}")
-        files.append(RemoteFile(name, s.size, s.blob_id, s.lfs.sha256 if s.lfs else None))
-    return Snapshot(source.repo_id, info.sha, tuple(files))
 
 
 def file_hasher(remote: RemoteFile):
@@ -148,48 +105,48 @@ def expected_digest(remote: RemoteFile) -> str:
     return remote.sha256 or remote.md5 or remote.blob_id
 
 
-class HashingWriter:
-    """The file object a transfer writes to: hashes and counts what it writes."""
+@dataclass
+class Part:
+    """Bytes [start, end) of a file; `done` of them, from `start` on, are written."""
+    start: int
+    end: int
+    done: int = 0
 
-    def __init__(self, f: BinaryIO, expected: RemoteFile, resume: int, on_bytes: Callable[[int], None], where: Path):
-        self._f, self._expected, self._on_bytes, self._where = f, expected, on_bytes, where
-        self._hash = file_hasher(expected)
-        if resume and self._hash:
-            f.seek(0)
-            while chunk := f.read(8 << 20):
-                self._hash.update(chunk)
-        f.seek(resume)
+    @property
+    def offset(self) -> int:
+        return self.start + self.done
 
-    def write(self, chunk: bytes) -> int:
-        if self._hash:
-            self._hash.update(chunk)
-        try:
-            n = self._f.write(chunk)
-        except OSError as e:  # a disk problem, not a network one: retrying the download does not help
-            raise DownloadError(f"cannot write {self._where}: {e.strerror or e}", permanent=True) from None
-        self._on_bytes(len(chunk))
-        return n
-
-    def tell(self) -> int:
-        return self._f.tell()
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        return self._f.seek(offset, whence)
-
-    def truncate(self, size: int | None = None) -> int:
-        """The server ignored our Range: the transfer rewinds to 0 and starts over."""
-        n = self._f.truncate(size)
-        if self._f.tell() != 0:
-            raise DownloadError(f"cannot restart {self._expected.path} from offset {self._f.tell()}")
-        self._hash = file_hasher(self._expected)
-        return n
-
-    def matches(self) -> bool:
-        return self._hash is None or self._hash.hexdigest() == expected_digest(self._expected)
+    @property
+    def complete(self) -> bool:
+        return self.offset >= self.end
 
 
-# Writes the bytes of `remote` from offset `resume` on into the writer; raises DownloadError.
-Transfer = Callable[[RemoteFile, HashingWriter, int], None]
+def plan_parts(size: int, have: int = 0) -> list[Part]:
+    """The ranges of a file of `size` bytes, `have` of them present from 0 on (a sequential partial file)."""
+    count = max(1, min(CONNECTIONS, size // PART_BYTES))
+    bounds = [size * i // count for i in range(count + 1)]
+    return [Part(a, b, min(max(have - a, 0), b - a)) for a, b in zip(bounds, bounds[1:])]
+
+
+def load_parts(size: int, saved: str | None, have: int) -> list[Part]:
+    """The ranges' progress from the `.ranges` file when it fits this file, else `plan_parts(size, have)`."""
+    try:
+        raw = json.loads(saved) if saved else None
+        parts = [Part(*map(int, p)) for p in raw["parts"]] if raw and raw.get("size") == size else None
+    except (ValueError, KeyError, TypeError):
+        parts = None
+    if parts and [(p.start, p.end) for p in parts] == [(p.start, p.end) for p in plan_parts(size)] and all(
+            0 <= p.done <= p.end - p.start for p in parts):
+        return parts
+    return plan_parts(size, have)
+
+
+def frontier(parts: Sequence[Part]) -> int:
+    """The end of the bytes written contiguously from 0."""
+    for p in parts:
+        if not p.complete:
+            return p.offset
+    return parts[-1].end if parts else 0
 
 
 def in_place(target: Path, remote: RemoteFile) -> bool:
@@ -198,69 +155,243 @@ def in_place(target: Path, remote: RemoteFile) -> bool:
     return dest.is_file() and not dest.is_symlink() and dest.stat().st_size == remote.size
 
 
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
+
+
 def present_bytes(target: Path, remote: RemoteFile) -> int:
     """Bytes of `remote` already in `target`: all of it in place, else what its partial file holds."""
     if in_place(target, remote):
         return remote.size
     part = target / PARTIAL_DIR / f"{remote.path}.part"
-    return min(part.stat().st_size, remote.size) if part.is_file() else 0
+    have = part.stat().st_size if part.is_file() else 0
+    if have > remote.size:  # longer than the file: it starts over
+        return 0
+    return sum(p.done for p in load_parts(remote.size, _read(part.with_name(part.name + ".ranges")), have))
+
+
+@dataclass
+class PartialFile:
+    """One file on its way into place: its partial file, its ranges' progress and its hasher."""
+    target: Path
+    remote: RemoteFile
+    what: str
+
+    def __post_init__(self) -> None:
+        self.dest = self.target / self.remote.path
+        self.part = self.target / PARTIAL_DIR / f"{self.remote.path}.part"
+        self.ranges = self.part.with_name(self.part.name + ".ranges")
+        self.cond, self.save_lock = threading.Condition(), threading.Lock()
+        self.saved_at, self.fd, self.failed = 0.0, -1, False
+        self.hash_error: BaseException | None = None
+        self.hasher: threading.Thread | None = None
+        have = self.part.stat().st_size if self.part.is_file() else 0
+        self.truncate = have > self.remote.size  # a partial file longer than the file: start over
+        self.parts = load_parts(self.remote.size, None if self.truncate else _read(self.ranges),
+                                0 if self.truncate else have)
+        self.resumed = sum(p.done for p in self.parts)
+        self.left = sum(not p.complete for p in self.parts)  # ranges not finished yet
+
+    def open(self) -> None:
+        """Create the directories (never through a symlink), open the partial file, start the hasher."""
+        root = os.path.realpath(self.target)
+        for d in (self.dest.parent, self.part.parent):
+            d.mkdir(parents=True, exist_ok=True)
+            real = os.path.realpath(d)
+            if real != root and not real.startswith(root + os.sep):
+                raise DownloadError(f"{d} leaves the model directory {self.target} through a symlink; "
+                                    "refusing to write", permanent=True)
+        self.save(force=True)  # before any range writes past another's start
+        self.fd = os.open(self.part, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        if self.truncate:
+            os.ftruncate(self.fd, 0)
+        self.digest = file_hasher(self.remote)
+        self.hasher = threading.Thread(target=self._hash, name=f"hash-{self.remote.path}"[:60], daemon=True)
+        self.hasher.start()
+
+    def save(self, force: bool = False) -> None:
+        """Write the ranges' progress (atomically) so another run resumes each range where it stopped."""
+        if len(self.parts) < 2:
+            return  # one range: the partial file's size is its progress
+        with self.save_lock:
+            now = time.monotonic()
+            if not force and now - self.saved_at < SAVE_SECONDS:
+                return
+            self.saved_at = now
+            with self.cond:
+                state = json.dumps({"size": self.remote.size, "parts": [[p.start, p.end, p.done] for p in self.parts]})
+            tmp = self.ranges.with_name(self.ranges.name + ".tmp")
+            try:
+                tmp.unlink(missing_ok=True)  # a link planted there is removed, never written through
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                with os.fdopen(fd, "w") as f:
+                    f.write(state)
+                os.replace(tmp, self.ranges)
+            except OSError as e:
+                raise DownloadError(f"cannot write {self.ranges}: {e.strerror or e}", permanent=True) from None
+
+    def write(self, part: Part, chunk: memoryview) -> None:
+        """Write the next bytes of `part` at its offset."""
+        view = chunk
+        while view:
+            try:
+                n = os.pwrite(self.fd, view, part.offset)
+            except OSError as e:  # a disk problem, not a network one: retrying the download does not help
+                raise DownloadError(f"cannot write {self.part}: {e.strerror or e}", permanent=True) from None
+            view = view[n:]
+            with self.cond:
+                part.done += n
+                self.cond.notify_all()
+        self.save()
+
+    def _hash(self) -> None:
+        """Hash the bytes as they become contiguous on disk (re-reading them from the page cache)."""
+        if self.digest is None:
+            return
+        buf = memoryview(bytearray(min(HASH_CHUNK, self.remote.size)))
+        pos = 0
+        try:
+            while pos < self.remote.size:
+                with self.cond:
+                    while (front := frontier(self.parts)) <= pos and not self.failed:
+                        self.cond.wait()
+                if front <= pos:
+                    return
+                while pos < front:
+                    n = os.preadv(self.fd, [buf[:min(HASH_CHUNK, front - pos)]], pos)
+                    if not n:
+                        raise DownloadError(f"{self.part} is shorter than its recorded progress")
+                    self.digest.update(buf[:n])
+                    pos += n
+        except BaseException as e:  # noqa: BLE001 - reported by finish()
+            self.hash_error = e
+
+    def stop(self) -> None:
+        """A range failed: stop the hasher, keep the progress for the next run, close the file."""
+        with self.cond:
+            self.failed = True
+            self.cond.notify_all()
+        if self.hasher:
+            self.hasher.join()
+        self.save(force=True)
+        os.close(self.fd)
+        self.fd = -1
+
+    def finish(self) -> bool:
+        """All ranges are written: check the digest and move the file into place. False (partial file
+        dropped) when it does not match."""
+        if self.hasher:
+            self.hasher.join()
+        size = os.fstat(self.fd).st_size
+        os.close(self.fd)
+        self.fd = -1
+        if self.hash_error is not None:
+            raise self.hash_error
+        ok = size == self.remote.size and (self.digest is None or self.digest.hexdigest() ==
+                                             expected_digest(self.remote))
+        if ok:
+            os.replace(self.part, self.dest)
+        else:
+            self.part.unlink(missing_ok=True)
+        self.ranges.unlink(missing_ok=True)
+        return ok
+
+
+def _fetch_part(file: PartialFile, part: Part, transfer: Transfer, on_bytes: Callable[[int], None],
+                stop: threading.Event) -> None:
+    """Fetch the rest of one range; a cut connection resumes from the bytes written, up to RANGE_RETRIES times."""
+    def write(chunk: memoryview) -> None:
+        if stop.is_set():
+            raise _Stopped()
+        n = min(len(chunk), part.end - part.offset)
+        file.write(part, chunk[:n])
+        on_bytes(n)
+
+    for attempt in range(RANGE_RETRIES + 1):
+        try:
+            transfer(file.remote, part.offset, part.end, write)
+            if part.complete:
+                return
+            problem: Exception = TransferInterrupted(f"the body ended at byte {part.offset} of {part.end}")
+        except TransferInterrupted as e:
+            problem = e
+        if attempt < RANGE_RETRIES:
+            time.sleep(min(2 ** attempt * 0.25, 4))
+    raise DownloadError(f"the connection for {file.remote.path} of {file.what} was cut {RANGE_RETRIES + 1} times "
+                        f"({problem}); the partial file is kept and the next attempt resumes it")
+
+
+def _fetch(target: Path, remotes: Sequence[RemoteFile], transfer: Transfer, on_bytes: Callable[[int], None],
+           what: str) -> int:
+    """Fetch the files not in place, CONNECTIONS ranges at a time; returns bytes transferred."""
+    files = [PartialFile(target, r, what) for r in remotes if not in_place(target, r)]
+    lock, stop = threading.Lock(), threading.Event()
+    counted, first = [0], [None]
+
+    def count(n: int) -> None:
+        with lock:
+            counted[0] += n
+        on_bytes(n)
+
+    def run(file: PartialFile, part: Part | None) -> None:
+        """Fetch one range of `file` (None: nothing is left to fetch); the last range to end finishes the file."""
+        failed = False
+        try:
+            with lock:
+                if file.fd < 0 and not file.failed:
+                    file.open()
+            if part is not None:
+                _fetch_part(file, part, transfer, count, stop)
+        except BaseException as e:
+            with lock:
+                if first[0] is None and not isinstance(e, _Stopped):
+                    first[0] = e
+            stop.set()
+            failed = True
+            raise
+        finally:
+            with lock:
+                file.left -= 1
+                last = file.left <= 0
+            if last and (failed or stop.is_set()) and file.fd >= 0:
+                file.stop()
+        if last and not stop.is_set() and not file.finish():
+            if file.resumed:  # the partial file was bad: fetch this file again at once, from 0
+                _fetch(target, [file.remote], transfer, count, what)
+                return
+            raise DownloadError(f"{file.remote.path} of {what} arrived corrupted (checksum or size mismatch); "
+                                "the partial file was dropped and the file will be fetched again")
+
+    jobs = [(f, p) for f in files for p in ([p for p in f.parts if not p.complete] or [None])]
+    with ThreadPoolExecutor(max_workers=CONNECTIONS, thread_name_prefix="fetch") as pool:
+        futures = [pool.submit(run, file, part) for file, part in jobs]
+        for future in futures:
+            try:
+                future.result()
+            except BaseException:  # noqa: BLE001 - the first error is raised below, the rest stop at their next chunk
+                for other in futures:
+                    other.cancel()
+    for file in files:  # ranges cancelled before they ran: keep what their file has, close it
+        if file.fd >= 0:
+            file.stop()
+    if first[0] is not None:
+        raise first[0]
+    return counted[0]
 
 
 def fetch_file(target: Path, remote: RemoteFile, transfer: Transfer, on_bytes: Callable[[int], None],
                what: str) -> int:
-    """Fetch one file into place through `<target>/.cache/weightkeeper/<file>.part` (resumed from its
-    size, hashed as it arrives); returns the bytes transferred (0 when already there)."""
-    dest = target / remote.path
-    if in_place(target, remote):
-        return 0
-    part = target / PARTIAL_DIR / f"{remote.path}.part"
-    root = os.path.realpath(target)
-    for d in (dest.parent, part.parent):
-        d.mkdir(parents=True, exist_ok=True)
-        real = os.path.realpath(d)
-        if real != root and not real.startswith(root + os.sep):
-            raise DownloadError(f"{d} leaves the model directory {target} through a symlink; refusing to write",
-                                permanent=True)
-    fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "r+b") as f:
-        resume = os.fstat(fd).st_size
-        if resume > remote.size:
-            f.truncate(0)
-            resume = 0
-        writer = HashingWriter(f, remote, resume, on_bytes, part)
-        if resume < remote.size:
-            transfer(remote, writer, resume)
-        ok = writer.matches() and f.tell() == remote.size
-    if not ok:
-        part.unlink(missing_ok=True)
-        if resume:  # the partial file was bad: start this file over once, right away
-            return fetch_file(target, remote, transfer, on_bytes, what)
-        raise DownloadError(f"{remote.path} of {what} arrived corrupted (checksum or size mismatch); "
-                            "the partial file was dropped and the file will be fetched again")
-    os.replace(part, dest)
-    return remote.size - resume
-
-
-def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str | None) -> Transfer:
-    """Files of a Hub commit through `huggingface_hub`'s `http_get` (Range requests from the resume offset)."""
-    headers = build_hf_headers(token=token or False, library_name="weightkeeper")
-
-    def transfer(remote: RemoteFile, writer: HashingWriter, resume: int) -> None:
-        url = hf_hub_url(source.repo_id, remote.path, revision=commit, endpoint=endpoint)
-        try:
-            http_get(url, writer, resume_size=resume, headers=headers, expected_size=remote.size,  # type: ignore[arg-type]
-                     displayed_filename=remote.path)
-        except WeightkeeperError:
-            raise
-        except Exception as e:  # noqa: BLE001
-            raise hub_error(e, source, endpoint) from None
-
-    return transfer
+    """Fetch one file into place (its ranges in parallel); returns the bytes transferred (0 when already there)."""
+    return _fetch(target, [remote], transfer, on_bytes, what)
 
 
 def fetch_files(snapshot: Snapshot, target: Path, transfer: Transfer, on_progress: Callable[[int], None],
                 deadline: float, what: str) -> int:
-    """Fetch every missing file of `snapshot` into `target`, in parallel; returns bytes transferred.
+    """Fetch every missing file of `snapshot` into `target`, CONNECTIONS ranges at a time; returns bytes
+    transferred.
 
     `on_progress(bytes_present)` is called as data arrives; it may raise to stop the download
     (a cancelled model). Past `deadline` (a `time.monotonic()` value) the download fails.
@@ -280,23 +411,4 @@ def fetch_files(snapshot: Snapshot, target: Path, transfer: Transfer, on_progres
         on_progress(done)
 
     on_progress(present[0])
-    with ThreadPoolExecutor(max_workers=FILE_WORKERS, thread_name_prefix="fetch") as pool:
-        futures = [pool.submit(fetch_file, target, f, transfer, on_bytes, what) for f in snapshot.files]
-        errors, transferred = [], 0
-        for future in futures:
-            try:
-                transferred += future.result()
-            except BaseException as e:  # noqa: BLE001 - first error wins, others are dropped
-                errors.append(e)
-                for other in futures:
-                    other.cancel()
-    if errors:
-        raise errors[0]
-    return transferred
-
-
-def fetch_snapshot(source: HfSource, snapshot: Snapshot, target: Path, endpoint: str | None, token: str | None,
-                   on_progress: Callable[[int], None], deadline: float) -> int:
-    """`fetch_files` from the Hub."""
-    return fetch_files(snapshot, target, hub_transfer(source, snapshot.commit, endpoint, token), on_progress,
-                       deadline, f"{source.repo_id}@{snapshot.commit[:12]}")
+    return _fetch(target, snapshot.files, transfer, on_bytes, what)

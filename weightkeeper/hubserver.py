@@ -2,8 +2,9 @@
 
 It speaks enough of the Hub API for the real ``huggingface_hub`` client (``model_info``/``repo_info``,
 ``list_repo_tree``, ``hf_hub_download``, ``snapshot_download``) and the ``hf download`` CLI, pointed at it with
-``endpoint=`` or ``HF_ENDPOINT=http://127.0.0.1:PORT``. Only plain HTTP is spoken: no redirects and no Xet headers,
-so the client always downloads ``/resolve/`` bodies directly from this server.
+``endpoint=`` or ``HF_ENDPOINT=http://127.0.0.1:PORT``. Only plain HTTP is spoken, with no Xet headers. By default
+``/resolve/`` serves bodies itself; with ``cdn_redirects`` set, LFS files redirect (302) to a "CDN" URL on another
+origin of this server (``localhost`` for ``127.0.0.1``), as the Hub does, which needs no token.
 
 File contents are stored content-addressed under ``root/blobs/<sha256>`` and streamed from disk with
 ``socket.sendfile`` in 1 MiB chunks, so gigabyte-sized repos cost no memory. Every request is recorded, and faults
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 CHUNK_SIZE = 1 << 20
 LFS_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt", ".h5", ".msgpack", ".gguf", ".onnx")
@@ -41,6 +42,7 @@ _API_RE = re.compile(
     r"^/api/models/(?P<repo>[^/]+(?:/[^/]+)?)(?:/(?P<kind>revision|tree)/(?P<rev>[^/]+)(?P<rest>/.*)?)?$"
 )
 _RESOLVE_RE = re.compile(r"^/(?P<repo>[^/]+(?:/[^/]+)?)/resolve/(?P<rev>[^/]+)/(?P<path>.+)$")
+_CDN_RE = re.compile(r"^/cdn/(?P<repo>[^/]+(?:/[^/]+)?)/(?P<rev>[0-9a-f]{40})/(?P<path>.+)$")  # a "signed" CDN URL
 _RANGE_RE = re.compile(r"bytes=(\d*)-(\d*)")
 
 
@@ -226,7 +228,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         hub = self.server.hub
         url = urlsplit(self.path)
-        api, resolve = _API_RE.match(url.path), _RESOLVE_RE.match(url.path)
+        api, resolve = _API_RE.match(url.path), _RESOLVE_RE.match(url.path) or _CDN_RE.match(url.path)
         self.record = RequestRecord(
             self.command, self.path, self.headers.get("Range"), 0, 0, "Authorization" in self.headers,
             repo_id=(api or resolve)["repo"] if api or resolve else None,
@@ -238,6 +240,8 @@ class _Handler(BaseHTTPRequestHandler):
             hub._check_faults(self.record.repo_id, self.path)
             if api:
                 self._api(api, parse_qs(url.query))
+            elif resolve and resolve.re is _CDN_RE:
+                self._cdn(resolve["rev"], self.record.filename)
             elif resolve:
                 self._resolve(unquote(resolve["rev"]), self.record.filename)
             else:
@@ -281,6 +285,28 @@ class _Handler(BaseHTTPRequestHandler):
         headers.update({"ETag": f'"{f.etag}"', "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"})
         if f.is_lfs:
             headers.update({"X-Linked-Etag": f'"{f.sha256}"', "X-Linked-Size": str(f.size)})
+            if hub.cdn_redirects:  # as the Hub does: LFS bodies come from another origin
+                host, port = self.server.server_address[:2]
+                cdn_host = "localhost" if host == "127.0.0.1" else "127.0.0.1"
+                location = f"http://{cdn_host}:{port}/cdn/{self.record.repo_id}/{commit.sha}/{quote(filename)}"
+                self.send_response(302)
+                for name, value in {**headers, "Location": location, "Content-Length": "0"}.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                return
+        self._send_file(f, headers)
+
+    def _cdn(self, sha: str, filename: str) -> None:
+        """A CDN URL the Hub redirected to: no authorization needed (the URL is the credential)."""
+        with self.server.hub._lock:
+            repo = self.server.hub._repos.get(self.record.repo_id)
+            f = repo.commits[sha].files.get(filename) if repo and sha in repo.commits else None
+        if f is None:
+            raise _HubError(404, "Not Found")
+        self._send_file(f, {"ETag": f'"{f.sha256 or f.etag}"', "Accept-Ranges": "bytes",
+                            "Content-Type": "application/octet-stream"})
+
+    def _send_file(self, f: _File, headers: dict[str, str]) -> None:
         byte_range = None
         if self.command == "GET":
             try:
@@ -356,6 +382,7 @@ class HubServer:
         self._faults: list[_Rule] = []
         self._drops: list[_Rule] = []
         self._offline = False
+        self.cdn_redirects = False  # True: LFS files redirect to a CDN URL on another origin, as on the Hub
 
     # -- lifecycle --------------------------------------------------------------------------------------------
 

@@ -5,13 +5,18 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
+import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
+from uuid import UUID
 
+import httpx
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, GlobalConcurrencyLimitUpdate
-from prefect.concurrency.sync import concurrency
+from prefect.client.schemas.objects import ConcurrencyLeaseHolder
 from prefect.exceptions import ObjectNotFound
+from prefect.runtime import task_run
 
 from weightkeeper.config import DOWNLOAD_LIMIT_NAME, Settings, load_settings
 from weightkeeper.errors import DownloadError
@@ -19,6 +24,8 @@ from weightkeeper.registry import Registry, open_registry
 
 SLOT_POLL_SECONDS = 1.0
 SLOT_LEASE_SECONDS = 60.0
+
+logger = logging.getLogger("weightkeeper.runtime")
 
 
 def runtime() -> tuple[Settings, Registry]:
@@ -48,34 +55,59 @@ def slots_in_use() -> tuple[int, int]:
         return limit.active_slots, limit.limit
 
 
-class _SlotTimeoutFilter(logging.Filter):
-    """Prefect logs each timed-out slot acquisition as an error; for us a timeout is a poll, not a failure."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.getMessage().startswith("Service 'ConcurrencySlotAcquisitionWithLeaseService' failed")
-                    and "TimeoutError" in record.getMessage())
-
-
-logging.getLogger("prefect._internal.concurrency").addFilter(_SlotTimeoutFilter())
+def _acquire_slot(client, on_wait: Callable[[int, int], None]) -> UUID:
+    """One slot of the download limit under a lease; waits (calling `on_wait`) while all are taken."""
+    holder = ConcurrencyLeaseHolder(type="task_run", id=task_run.id) if task_run.id else None
+    while True:
+        try:
+            response = client.increment_concurrency_slots_with_lease(
+                names=[DOWNLOAD_LIMIT_NAME], slots=1, mode="concurrency", lease_duration=SLOT_LEASE_SECONDS,
+                holder=holder)
+        except httpx.HTTPStatusError as e:
+            if e.response.status_code != 423:  # 423 Locked: every slot is taken
+                raise
+            on_wait(*slots_in_use())
+            retry_after = float(e.response.headers.get("Retry-After") or SLOT_POLL_SECONDS)
+            time.sleep(min(max(retry_after, SLOT_POLL_SECONDS / 4), SLOT_POLL_SECONDS))
+            continue
+        granted = response.json()
+        if not granted.get("limits"):
+            raise DownloadError(f"the download limit {DOWNLOAD_LIMIT_NAME!r} does not exist on the Prefect server; "
+                                "`weightkeeper serve` or any ensure-model run creates it", permanent=True)
+        return UUID(granted["lease_id"])
 
 
 @contextmanager
 def download_slot(settings: Settings, on_wait: Callable[[int, int], None]) -> Iterator[None]:
-    """Hold one download slot (strict: the limit must exist); call `on_wait(in_use, limit)` while waiting."""
+    """Hold one slot of the download limit (which must exist) while the body runs; `on_wait(in_use, limit)`
+    is called while waiting. The slot is leased: renewed while held, freed by the server if this process dies."""
     if not settings.downloads_limited:
         yield
         return
-    while True:
-        stack = ExitStack()
+    with get_client(sync_client=True) as client:
+        lease_id = _acquire_slot(client, on_wait)
+        released = threading.Event()
+
+        def renew() -> None:
+            while not released.wait(SLOT_LEASE_SECONDS / 4):
+                try:
+                    with get_client(sync_client=True) as renewer:
+                        renewer.renew_concurrency_lease(lease_id, lease_duration=SLOT_LEASE_SECONDS)
+                except Exception as e:  # noqa: BLE001 - the server may be restarting; the lease outlives a few misses
+                    logger.warning("could not renew download slot lease %s: %s", lease_id, e)
+
+        renewer = threading.Thread(target=renew, name="download-slot-lease", daemon=True)
+        renewer.start()
         try:
-            stack.enter_context(concurrency(DOWNLOAD_LIMIT_NAME, occupy=1, timeout_seconds=SLOT_POLL_SECONDS,
-                                            strict=True, lease_duration=SLOT_LEASE_SECONDS))
-        except TimeoutError:
-            on_wait(*slots_in_use())
-            continue
-        with stack:
             yield
-        return
+        finally:
+            released.set()
+            renewer.join()
+            try:
+                client.release_concurrency_slots_with_lease(lease_id)
+            except Exception as e:  # noqa: BLE001 - the lease expires on its own
+                logger.warning("could not release download slot lease %s (it expires in %.0f s): %s", lease_id,
+                               SLOT_LEASE_SECONDS, e)
 
 
 def _load_secret(block: str, what: str):

@@ -18,15 +18,16 @@ from pathlib import Path
 import boto3
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, IncompleteReadError, NoCredentialsError
+from urllib3.exceptions import ProtocolError
 
 from weightkeeper.config import S3Settings
 from weightkeeper.download import (
-    FILE_WORKERS,
+    CONNECTIONS,
     RemoteFile,
     Snapshot,
     Transfer,
-    HashingWriter,
+    TransferInterrupted,
     expected_digest,
     fetch_files,
     safe_repo_path,
@@ -109,19 +110,22 @@ def list_source(client, source: S3Source) -> Snapshot:
 
 
 def s3_transfer(client, uri: str) -> Transfer:
-    """Objects under `uri` streamed with a ranged GET from the resume offset."""
+    """Ranges of the objects under `uri`, each one ranged GET."""
     bucket, prefix = split_uri(uri)
 
-    def transfer(remote: RemoteFile, writer: HashingWriter, resume: int) -> None:
+    def transfer(remote: RemoteFile, start: int, end: int, write: Callable[[memoryview], None]) -> None:
         what = f"s3://{bucket}/{prefix}{remote.path}"
         try:
-            response = client.get_object(Bucket=bucket, Key=prefix + remote.path,
-                                         **({"Range": f"bytes={resume}-"} if resume else {}))
-            if resume and "ContentRange" not in response:
-                writer.seek(0)
-                writer.truncate(0)
+            response = client.get_object(Bucket=bucket, Key=prefix + remote.path, Range=f"bytes={start}-{end - 1}")
+        except (BotoCoreError, ClientError) as e:
+            raise s3_error(e, what) from None
+        if not response.get("ContentRange", "").startswith(f"bytes {start}-"):
+            raise DownloadError(f"S3 did not honour a Range request for {what}; will retry")
+        try:
             for chunk in response["Body"].iter_chunks(READ_CHUNK):
-                writer.write(chunk)
+                write(memoryview(chunk))
+        except (HTTPClientError, IncompleteReadError, ProtocolError) as e:  # cut mid-body
+            raise TransferInterrupted(f"{type(e).__name__}: {e}") from None
         except (BotoCoreError, ClientError) as e:
             raise s3_error(e, what) from None
 
@@ -184,7 +188,7 @@ def stage_snapshot(client, uri: str, snapshot: Snapshot, fetch_one: Callable[[Re
         local.unlink(missing_ok=True)
         add(0, "uploaded")
 
-    with ThreadPoolExecutor(max_workers=FILE_WORKERS, thread_name_prefix="stage") as pool:
+    with ThreadPoolExecutor(max_workers=CONNECTIONS, thread_name_prefix="stage") as pool:
         futures = [pool.submit(stage, f) for f in snapshot.files]
         errors = []
         for future in futures:

@@ -6,7 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from weightkeeper.config import Settings
-from weightkeeper.download import Snapshot, fetch_snapshot
+from weightkeeper.download import Snapshot
+from weightkeeper.hub import fetch_snapshot
 from weightkeeper.errors import DownloadError
 from weightkeeper.layout import HfSource, S3Source, parse_source
 from weightkeeper.runtime import load_s3_credentials, load_token

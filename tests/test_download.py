@@ -1,0 +1,205 @@
+"""Files fetched as parallel ranges into resumable, hashed partial files, with the real client against the Hub server."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from weightkeeper import download
+from weightkeeper.download import (
+    PARTIAL_DIR,
+    Part,
+    RemoteFile,
+    fetch_files,
+    frontier,
+    load_parts,
+    plan_parts,
+    present_bytes,
+)
+from weightkeeper.errors import DownloadCancelled
+from weightkeeper.hub import fetch_snapshot, resolve_snapshot
+from weightkeeper.layout import HfSource
+
+MIB = 1 << 20
+BIG = "model-00001-of-00001.safetensors"
+
+
+# -- planning the ranges (pure) --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [0, 1, download.PART_BYTES - 1, download.PART_BYTES, 2 * download.PART_BYTES + 7,
+                                  5 * download.PART_BYTES + 3, 100 * download.PART_BYTES, 10**12 + 1])
+@pytest.mark.parametrize("have", [0, 1, "half", "all"])
+def test_ranges_cover_the_file_once_in_order_with_a_sequential_partial_counted(size, have):
+    have = {"half": size // 2, "all": size}.get(have, have) if isinstance(have, str) else min(have, size)
+    parts = plan_parts(size, have)
+    assert 1 <= len(parts) <= download.CONNECTIONS
+    assert parts[0].start == 0 and parts[-1].end == size
+    assert all(a.end == b.start for a, b in zip(parts, parts[1:]))
+    assert len(parts) == 1 or all(p.end - p.start >= download.PART_BYTES for p in parts)
+    assert sum(p.done for p in parts) == have and frontier(parts) == have
+
+
+def test_saved_progress_is_used_only_when_it_fits_the_file():
+    size = 4 * download.PART_BYTES
+    parts = plan_parts(size)
+    parts[2].done = 5
+    saved = json.dumps({"size": size, "parts": [[p.start, p.end, p.done] for p in parts]})
+    assert load_parts(size, saved, 0) == parts
+    assert frontier(load_parts(size, saved, 0)) == parts[0].start
+    for bad in (None, "", "{", "[]", json.dumps({"size": size + 1, "parts": []}),
+                json.dumps({"size": size, "parts": [[0, size, 0]]}),  # other boundaries
+                json.dumps({"size": size, "parts": [[p.start, p.end, p.end - p.start + 1] for p in parts]})):
+        assert load_parts(size, bad, 7) == plan_parts(size, 7), bad
+
+
+def test_frontier_stops_at_the_first_unfinished_range():
+    parts = [Part(0, 10, 10), Part(10, 20, 3), Part(20, 30, 10)]
+    assert frontier(parts) == 13
+    parts[1].done = 10
+    assert frontier(parts) == 30
+
+
+# -- fetching from the Hub server ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def big_repo(hub, monkeypatch):
+    """A repository with a 16 MiB shard that is fetched as 8 ranges of 2 MiB."""
+    monkeypatch.setattr(download, "PART_BYTES", 2 * MIB)
+    data = random.Random("big").randbytes(16 * MIB)
+    repo = f"acme/ranged-{time.monotonic_ns()}"
+    hub.add_repo(repo, {BIG: data, "config.json": b"{}\n"})
+    snapshot = resolve_snapshot(HfSource(repo, "main"), hub.url, None)
+    hub.reset_stats()
+    return repo, data, snapshot
+
+
+def fetch(hub, snapshot, target: Path, on_progress=lambda done: None) -> int:
+    return fetch_snapshot(HfSource(snapshot.repo_id, snapshot.commit), snapshot, target, hub.url, None, on_progress,
+                          time.monotonic() + 120)
+
+
+def body_gets(hub, repo: str) -> list:
+    return [r for r in hub.requests if r.repo_id == repo and r.filename == BIG and r.method == "GET"]
+
+
+def test_a_large_file_is_fetched_as_parallel_ranges_and_checked(hub, big_repo, tmp_path):
+    repo, data, snapshot = big_repo
+    assert fetch(hub, snapshot, tmp_path / "m") == len(data) + 3
+    assert (tmp_path / "m" / BIG).read_bytes() == data
+    ranges = sorted(r.range for r in body_gets(hub, repo))
+    starts = [p.start for p in plan_parts(len(data))]
+    assert len(ranges) == 8 and {int(r.split("=")[1].split("-")[0]) for r in ranges} == set(starts)
+    assert hub.bytes_served(repo) == len(data) + 3  # every byte once
+    assert not list((tmp_path / "m" / PARTIAL_DIR).iterdir())  # no partial file or progress left
+
+
+def test_an_interrupted_ranged_download_resumes_every_range_where_it_stopped(hub, big_repo, tmp_path):
+    repo, data, snapshot = big_repo
+    hub.set_throttle(8 * MIB, repo_id=repo)
+
+    def stop_halfway(done: int) -> None:
+        if done > len(data) // 2:
+            raise DownloadCancelled("stop")
+
+    with pytest.raises(DownloadCancelled):
+        fetch(hub, snapshot, tmp_path / "m", stop_halfway)
+    hub.set_throttle(None, repo_id=repo)
+    ranges_file = tmp_path / "m" / PARTIAL_DIR / f"{BIG}.part.ranges"
+    saved = [Part(*p) for p in json.loads(ranges_file.read_text())["parts"]]
+    remote = next(f for f in snapshot.files if f.path == BIG)
+    assert present_bytes(tmp_path / "m", remote) == sum(p.done for p in saved) >= len(data) // 2
+    config_left = 0 if (tmp_path / "m" / "config.json").exists() else 3
+    hub.reset_stats()
+
+    fetch(hub, snapshot, tmp_path / "m")
+    assert (tmp_path / "m" / BIG).read_bytes() == data
+    asked = {r.range for r in body_gets(hub, repo)}
+    assert asked == {f"bytes={p.offset}-" if p.end == len(data) else f"bytes={p.offset}-{p.end - 1}"
+                     for p in saved if not p.complete}
+    assert hub.bytes_served(repo) == len(data) - sum(p.done for p in saved) + config_left  # nothing twice
+
+
+def test_damaged_progress_costs_a_refetch_never_a_wrong_file(hub, big_repo, tmp_path):
+    repo, data, snapshot = big_repo
+    partial = tmp_path / "m" / PARTIAL_DIR / f"{BIG}.part"
+    partial.parent.mkdir(parents=True)
+    partial.write_bytes(b"\0" * (8 * MIB))  # claims 8 MiB, holds zeros: the checksum catches it
+    partial.with_name(partial.name + ".ranges").write_text("not json")
+    fetch(hub, snapshot, tmp_path / "m")
+    assert (tmp_path / "m" / BIG).read_bytes() == data
+
+
+def test_a_range_cut_mid_body_resumes_from_its_last_written_byte(hub, big_repo, tmp_path):
+    repo, data, snapshot = big_repo
+    hub.drop_after(MIB + MIB // 2, repo_id=repo, filename=BIG)
+    fetch(hub, snapshot, tmp_path / "m")
+    assert (tmp_path / "m" / BIG).read_bytes() == data
+    gets = body_gets(hub, repo)
+    assert len(gets) == 9  # 8 ranges, one of them resumed once
+    cut = next(r for r in gets if r.bytes_sent == MIB + MIB // 2)
+    start = int(cut.range.split("=")[1].split("-")[0])
+    assert any(r.range.startswith(f"bytes={start + cut.bytes_sent}-") for r in gets)  # right after the last byte
+    assert hub.bytes_served(repo) == len(data) + 3  # the bytes that arrived before the cut were all kept
+
+
+def test_an_empty_file_and_a_file_in_place_cost_no_request(hub, tmp_path):
+    repo = f"acme/empty-{time.monotonic_ns()}"
+    hub.add_repo(repo, {"model.safetensors": b"", "tokenizer.json": b"{}"})
+    snapshot = resolve_snapshot(HfSource(repo, "main"), hub.url, None)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "tokenizer.json").write_bytes(b"{}")
+    hub.reset_stats()
+    assert fetch(hub, snapshot, tmp_path / "m") == 0
+    assert (tmp_path / "m" / "model.safetensors").read_bytes() == b""
+    assert not [r for r in hub.requests if r.repo_id == repo and r.filename and r.method == "GET"]
+
+
+def test_progress_counts_what_is_already_there(hub, big_repo, tmp_path):
+    repo, data, snapshot = big_repo
+    partial = tmp_path / "m" / PARTIAL_DIR / f"{BIG}.part"
+    partial.parent.mkdir(parents=True)
+    partial.write_bytes(data[:3 * MIB])  # a sequential partial file: ranges 0 and half of 1 are done
+    remote: RemoteFile = next(f for f in snapshot.files if f.path == BIG)
+    assert present_bytes(tmp_path / "m", remote) == 3 * MIB
+    seen = []
+    fetch(hub, snapshot, tmp_path / "m", seen.append)
+    assert seen[0] == 3 * MIB and seen[-1] == len(data) + 3
+    assert hub.bytes_served(repo) == len(data) - 3 * MIB + 3
+
+
+def test_the_token_goes_to_the_hub_and_never_to_the_cdn_it_redirects_to(hub, tmp_path):
+    repo = f"acme/private-{time.monotonic_ns()}"
+    data = random.Random("cdn").randbytes(3 * MIB)
+    hub.add_repo(repo, {BIG: data, "config.json": b"{}\n"}, private=True, token="hf_cdn_secret")
+    snapshot = resolve_snapshot(HfSource(repo, "main"), hub.url, "hf_cdn_secret")
+    hub.reset_stats()
+    hub.cdn_redirects = True
+    try:
+        fetch_snapshot(HfSource(repo, snapshot.commit), snapshot, tmp_path / "m", hub.url, "hf_cdn_secret",
+                       lambda done: None, time.monotonic() + 60)
+    finally:
+        hub.cdn_redirects = False
+    assert (tmp_path / "m" / BIG).read_bytes() == data
+    resolves = [r for r in hub.requests if r.repo_id == repo and "/resolve/" in r.path]
+    cdn = [r for r in hub.requests if r.repo_id == repo and r.path.startswith("/cdn/")]
+    assert resolves and all(r.authorization_present for r in resolves)  # the Hub needs it for a private repo
+    assert [r.method for r in cdn] == ["GET"] and not cdn[0].authorization_present
+    assert hub.bytes_served(repo) == len(data) + 3
+
+
+def test_links_planted_among_the_partial_files_are_never_written_through(hub, big_repo, tmp_path):
+    repo, data, snapshot = big_repo
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"keep")
+    partial_dir = tmp_path / "m" / PARTIAL_DIR
+    partial_dir.mkdir(parents=True)
+    (partial_dir / f"{BIG}.part.ranges.tmp").symlink_to(outside)
+    fetch(hub, snapshot, tmp_path / "m")
+    assert (tmp_path / "m" / BIG).read_bytes() == data
+    assert outside.read_bytes() == b"keep"
