@@ -74,6 +74,9 @@ MUTATIONS = {
     "range-resumes-in-run": ("weightkeeper/download.py", "            transfer(file.remote, part.offset, part.end, write)",
                              "            transfer(file.remote, part.start, part.end, write)",
                              "tests/test_download.py::test_a_range_cut_mid_body_resumes_from_its_last_written_byte"),
+    "token-not-to-cdn": ("weightkeeper/hub.py", "(location, headers if _origin(location) == _origin(url) else anonymous)",
+                         "(location, headers)",
+                         "tests/test_download.py::test_the_token_goes_to_the_hub_and_never_to_the_cdn_it_redirects_to"),
     "checksum": ("weightkeeper/download.py", "        ok = size == self.remote.size and (self.digest is None or",
                  "        ok = size == self.remote.size and (True or",
                  "tests/test_lifecycle.py::test_corrupt_partial_file_is_dropped_and_refetched "
