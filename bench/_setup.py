@@ -29,9 +29,9 @@ ENV = {
 }
 
 
-def prepare_environment(root: Path) -> None:
+def prepare_environment(root: Path) -> subprocess.Popen:
     """Before Prefect is imported: quiet clients, a private HF home, and a Prefect server of its own
-    (a process, as in a deployment) with its home under `root`; it stops when this process exits."""
+    (a process, as in a deployment, returned) with its home under `root`; it stops when this process exits."""
     os.environ.update(ENV, HF_HOME=str(root / "hf-home"), PREFECT_HOME=str(root / "prefect-home"))
     os.environ.pop("HF_TOKEN", None)
     (root / "prefect-home").mkdir(parents=True, exist_ok=True)
@@ -49,7 +49,7 @@ def prepare_environment(root: Path) -> None:
     while time.monotonic() < deadline:
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200:
-                return
+                return server
         time.sleep(0.5)
     raise RuntimeError("the Prefect server did not start in 120 s")
 

@@ -1,6 +1,6 @@
 """Run every benchmark in bench/ and write one markdown table.
 
-    .venv/bin/python bench/run_all.py [--quick] [--out bench/results.md]
+    .venv/bin/python bench/run_all.py [--quick] [--out bench/results.md] [NAME ...]
 
 Contract for a benchmark: a file `bench/<name>.py` (names starting with `_` are helpers), run as `python bench/<name>.py [--quick]`
 (`--quick`: reduced sizes, for development), that prints its results as table rows
@@ -53,8 +53,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="reduced sizes (development)")
     parser.add_argument("--out", type=Path, default=BENCH / "results.md")
+    parser.add_argument("names", nargs="*", help="only these benchmarks (e.g. download scale); default: all")
     args = parser.parse_args()
-    scripts = sorted(p for p in BENCH.glob("*.py") if p.name != Path(__file__).name and not p.name.startswith("_"))
+    scripts = sorted(p for p in BENCH.glob("*.py") if p.name != Path(__file__).name and not p.name.startswith("_")
+                     and (not args.names or p.stem in args.names))
+    if unknown := set(args.names) - {p.stem for p in scripts}:
+        parser.error(f"no benchmark named {', '.join(sorted(unknown))} in {BENCH}")
     rows, problems = [], []
     started = time.strftime("%Y-%m-%d %H:%M")
     for script in scripts:

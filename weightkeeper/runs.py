@@ -46,9 +46,12 @@ def start_deployment(registry: Registry, settings: Settings, flow: str, name: st
     try:
         run = run_deployment(deployment_name(flow), parameters={"name": name}, timeout=0, idempotency_key=key,
                              flow_run_name=f"{flow.split('-')[0]}-{name}")
-    except ObjectNotFound:
+    except BaseException as e:  # no run was started: free the reservation at once (a run that was takes it over)
         registry.release_run(name, Holder(f"{RESERVED}{key}", "", 0, 0.0))
-        raise NoDeployment(f"deployment {deployment_name(flow)!r} does not exist; start `weightkeeper serve`") from None
+        if isinstance(e, ObjectNotFound):
+            raise NoDeployment(f"deployment {deployment_name(flow)!r} does not exist; start `weightkeeper serve`") \
+                from None
+        raise
     return str(run.id)
 
 

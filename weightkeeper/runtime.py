@@ -17,6 +17,7 @@ from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, GlobalC
 from prefect.client.schemas.objects import ConcurrencyLeaseHolder
 from prefect.exceptions import ObjectNotFound
 from prefect.runtime import task_run
+from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 
 from weightkeeper.config import DOWNLOAD_LIMIT_NAME, Settings, load_settings
 from weightkeeper.errors import DownloadError
@@ -60,13 +61,16 @@ def _acquire_slot(client, on_wait: Callable[[int, int], None]) -> UUID:
     holder = ConcurrencyLeaseHolder(type="task_run", id=task_run.id) if task_run.id else None
     while True:
         try:
-            response = client.increment_concurrency_slots_with_lease(
-                names=[DOWNLOAD_LIMIT_NAME], slots=1, mode="concurrency", lease_duration=SLOT_LEASE_SECONDS,
-                holder=holder)
+            # no client-side backoff (2 to 32 s): a 503 (the SQLite of the server was locked) is polled like a 423
+            with temporary_settings({PREFECT_CLIENT_MAX_RETRIES: 0}):
+                response = client.increment_concurrency_slots_with_lease(
+                    names=[DOWNLOAD_LIMIT_NAME], slots=1, mode="concurrency", lease_duration=SLOT_LEASE_SECONDS,
+                    holder=holder)
         except httpx.HTTPStatusError as e:
-            if e.response.status_code != 423:  # 423 Locked: every slot is taken
+            if e.response.status_code not in (423, 503):  # 423 Locked: every slot is taken
                 raise
-            on_wait(*slots_in_use())
+            if e.response.status_code == 423:
+                on_wait(*slots_in_use())
             retry_after = float(e.response.headers.get("Retry-After") or SLOT_POLL_SECONDS)
             time.sleep(min(max(retry_after, SLOT_POLL_SECONDS / 4), SLOT_POLL_SECONDS))
             continue
