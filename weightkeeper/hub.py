@@ -60,7 +60,8 @@ def _pool(url: str) -> urllib3.PoolManager:
         proxy = None
     with _pools_lock:
         if proxy not in _pools:
-            options = {"num_pools": 32, "maxsize": CONNECTIONS}
+            # a staging run fetches up to CONNECTIONS files at once, each as up to CONNECTIONS ranges
+            options = {"num_pools": 32, "maxsize": CONNECTIONS * CONNECTIONS}
             _pools[proxy] = urllib3.ProxyManager(proxy, **options) if proxy else urllib3.PoolManager(**options)
         return _pools[proxy]
 
