@@ -20,8 +20,8 @@ from weightkeeper.download import (
     plan_parts,
     present_bytes,
 )
-from weightkeeper.errors import DownloadCancelled
-from weightkeeper.hub import fetch_snapshot, resolve_snapshot
+from weightkeeper.errors import DownloadCancelled, DownloadError
+from weightkeeper.hub import fetch_snapshot, hub_transfer, resolve_snapshot
 from weightkeeper.layout import HfSource
 
 MIB = 1 << 20
@@ -203,3 +203,20 @@ def test_links_planted_among_the_partial_files_are_never_written_through(hub, bi
     fetch(hub, snapshot, tmp_path / "m")
     assert (tmp_path / "m" / BIG).read_bytes() == data
     assert outside.read_bytes() == b"keep"
+
+
+def test_a_file_that_arrives_corrupted_fails_the_fetch_and_is_not_put_in_place(hub, big_repo, tmp_path):
+    repo, data, snapshot = big_repo
+    real = hub_transfer(HfSource(repo, snapshot.commit), snapshot.commit, hub.url, None)
+
+    def corrupting(remote, start, end, write):
+        def flip(chunk):
+            if start == 0 and remote.path == BIG and chunk:
+                chunk = memoryview(bytes([chunk[0] ^ 0xFF]) + bytes(chunk[1:]))
+            write(chunk)
+        real(remote, start, end, flip)
+
+    with pytest.raises(DownloadError, match=f"{BIG} of .* arrived corrupted"):
+        fetch_files(snapshot, tmp_path / "m", corrupting, lambda done: None, time.monotonic() + 60, "the test")
+    assert not (tmp_path / "m" / BIG).exists()
+    assert not (tmp_path / "m" / PARTIAL_DIR / f"{BIG}.part").exists()

@@ -338,32 +338,34 @@ def _fetch(target: Path, remotes: Sequence[RemoteFile], transfer: Transfer, on_b
 
     def run(file: PartialFile, part: Part | None) -> None:
         """Fetch one range of `file` (None: nothing is left to fetch); the last range to end finishes the file."""
-        failed = False
+        counted_off = False
         try:
             with lock:
                 if file.fd < 0 and not file.failed:
                     file.open()
             if part is not None:
                 _fetch_part(file, part, transfer, count, stop)
+            with lock:
+                file.left -= 1
+                last, counted_off = file.left <= 0, True
+            if last and stop.is_set():
+                file.stop()
+            elif last and not file.finish():
+                if not file.resumed:
+                    raise DownloadError(f"{file.remote.path} of {what} arrived corrupted (checksum or size mismatch); "
+                                        "the partial file was dropped and the file will be fetched again")
+                _fetch(target, [file.remote], transfer, count, what)  # the partial file was bad: again, from 0
         except BaseException as e:
             with lock:
                 if first[0] is None and not isinstance(e, _Stopped):
                     first[0] = e
-            stop.set()
-            failed = True
-            raise
-        finally:
-            with lock:
-                file.left -= 1
-                last = file.left <= 0
-            if last and (failed or stop.is_set()) and file.fd >= 0:
+                stop.set()
+                if not counted_off:
+                    file.left -= 1
+                last = not counted_off and file.left <= 0
+            if last and file.fd >= 0:
                 file.stop()
-        if last and not stop.is_set() and not file.finish():
-            if file.resumed:  # the partial file was bad: fetch this file again at once, from 0
-                _fetch(target, [file.remote], transfer, count, what)
-                return
-            raise DownloadError(f"{file.remote.path} of {what} arrived corrupted (checksum or size mismatch); "
-                                "the partial file was dropped and the file will be fetched again")
+            raise
 
     jobs = [(f, p) for f in files for p in ([p for p in f.parts if not p.complete] or [None])]
     with ThreadPoolExecutor(max_workers=CONNECTIONS, thread_name_prefix="fetch") as pool:
