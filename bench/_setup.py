@@ -54,6 +54,22 @@ def prepare_environment(root: Path) -> subprocess.Popen:
     raise RuntimeError("the Prefect server did not start in 120 s")
 
 
+def postgres_database(driver: str) -> str:
+    """A database of its own in the local PostgreSQL (127.0.0.1:5432, trust auth), dropped at exit
+    (WITH FORCE: connections still open are closed); its SQLAlchemy URL with `driver`."""
+    import psycopg
+
+    name = f"wk_bench_{os.getpid()}_{time.monotonic_ns()}"
+
+    def run(sql: str) -> None:
+        with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as conn:
+            conn.execute(sql)
+
+    run(f"CREATE DATABASE {name}")
+    atexit.register(run, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    return f"postgresql+{driver}://postgres@127.0.0.1:5432/{name}"
+
+
 def write_repo(directory: Path, shards: int, shard_mib: int, seed: str = "bench") -> None:
     """A model repository on disk: safetensors shards (random bytes) plus the small files loading needs."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -13,14 +13,14 @@ import argparse
 import os
 import tempfile
 import time
-import uuid
 from pathlib import Path
+
+from _setup import postgres_database
 
 os.environ.setdefault("PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE", "prefect.server.concurrency.lease_storage.filesystem")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 TOKEN = "bench-token"
-PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 
 
 def write_config(root: Path, registry_url: str) -> Path:
@@ -114,21 +114,7 @@ def main() -> None:
     if args.db in ("sqlite", "both"):
         bench("sqlite", f"sqlite:///{tempfile.mkdtemp(prefix='wk-bench-db-')}/registry.db", args.models, args.requests)
     if args.db in ("postgresql", "both"):
-        import psycopg
-
-        name = f"wk_bench_{uuid.uuid4().hex[:8]}"
-        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {name}")
-        try:
-            bench("postgresql", f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}", args.models, args.requests)
-        finally:
-            from weightkeeper.registry import store
-
-            for engine in store._engines.values():
-                engine.dispose()
-            with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-                conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
-
+        bench("postgresql", postgres_database("psycopg"), args.models, args.requests)
 
 if __name__ == "__main__":
     main()

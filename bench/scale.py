@@ -25,7 +25,6 @@ a download slot. The ideal is total bytes / throughput, the throughput being tha
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import itertools
 import logging
@@ -44,27 +43,8 @@ from pathlib import Path
 from typing import NamedTuple
 from uuid import UUID
 
-from _setup import MIB, prepare_environment, row, sh, timed, write_config, write_repo
+from _setup import MIB, postgres_database, prepare_environment, row, sh, timed, write_config, write_repo
 from weightkeeper.hubserver import HubServer
-
-POSTGRES = "postgres@127.0.0.1:5432"
-
-
-def postgres_database() -> str:
-    """A Prefect database of our own in the local PostgreSQL, dropped at exit (after the Prefect server
-    stops: its exit handler, registered later, runs first)."""
-    import psycopg
-
-    name = f"wk_bench_{os.getpid()}"
-
-    def run(sql: str) -> None:
-        with psycopg.connect(f"postgresql://{POSTGRES}/test", autocommit=True) as conn:
-            conn.execute(sql)
-
-    run(f"CREATE DATABASE {name}")
-    atexit.register(run, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    return f"postgresql+asyncpg://{POSTGRES}/{name}"
-
 
 class TimedHub(HubServer):
     """Notes per repository when its metadata was first asked for and when its bodies began and ended."""
@@ -199,7 +179,7 @@ def main() -> int:
     models, shard_mib, limit = (20, 8, 4) if args.quick else (100, 64, 4)
     workspaces = [f"ws-{i}" for i in range(4)]
     if args.prefect_db == "postgresql":
-        os.environ["PREFECT_API_DATABASE_CONNECTION_URL"] = postgres_database()
+        os.environ["PREFECT_API_DATABASE_CONNECTION_URL"] = postgres_database("asyncpg")  # dropped after the server
     with tempfile.TemporaryDirectory(prefix="wk-bench-scale-", dir="/var/tmp") as tmp:
         root = Path(tmp)
         server = prepare_environment(root)

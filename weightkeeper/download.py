@@ -164,13 +164,7 @@ def _read(path: Path) -> str | None:
 
 def present_bytes(target: Path, remote: RemoteFile) -> int:
     """Bytes of `remote` already in `target`: all of it in place, else what its partial file holds."""
-    if in_place(target, remote):
-        return remote.size
-    part = target / PARTIAL_DIR / f"{remote.path}.part"
-    have = part.stat().st_size if part.is_file() else 0
-    if have > remote.size:  # longer than the file: it starts over
-        return 0
-    return sum(p.done for p in load_parts(remote.size, _read(part.with_name(part.name + ".ranges")), have))
+    return remote.size if in_place(target, remote) else PartialFile(target, remote, "").resumed
 
 
 @dataclass
@@ -325,9 +319,17 @@ def _fetch_part(file: PartialFile, part: Part, transfer: Transfer, on_bytes: Cal
 
 
 def _fetch(target: Path, remotes: Sequence[RemoteFile], transfer: Transfer, on_bytes: Callable[[int], None],
-           what: str) -> int:
-    """Fetch the files not in place, CONNECTIONS ranges at a time; returns bytes transferred."""
-    files = [PartialFile(target, r, what) for r in remotes if not in_place(target, r)]
+           what: str, on_start: Callable[[int], None] = lambda present: None) -> int:
+    """Fetch the files not in place, CONNECTIONS ranges at a time; returns bytes transferred.
+    `on_start(bytes_present)` is called first with what is already there."""
+    files, present = [], 0
+    for remote in remotes:
+        if in_place(target, remote):
+            present += remote.size
+        else:
+            files.append(PartialFile(target, remote, what))
+            present += files[-1].resumed
+    on_start(present)
     lock, stop = threading.Lock(), threading.Event()
     counted, first = [0], [None]
 
@@ -401,7 +403,11 @@ def fetch_files(snapshot: Snapshot, target: Path, transfer: Transfer, on_progres
     """
     target.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
-    present = [sum(present_bytes(target, f) for f in snapshot.files)]
+    present = [0]
+
+    def on_start(n: int) -> None:
+        present[0] = n
+        on_progress(n)
 
     def on_bytes(n: int) -> None:
         with lock:
@@ -412,5 +418,4 @@ def fetch_files(snapshot: Snapshot, target: Path, transfer: Transfer, on_progres
                                 "`weightkeeper model ensure` resumes it from the partial files", permanent=True)
         on_progress(done)
 
-    on_progress(present[0])
-    return _fetch(target, snapshot.files, transfer, on_bytes, what)
+    return _fetch(target, snapshot.files, transfer, on_bytes, what, on_start)
