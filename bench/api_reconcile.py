@@ -66,6 +66,7 @@ def bench(label: str, registry_url: str, count: int, requests: int) -> None:
     from weightkeeper.api import create_app
     from weightkeeper.config import load_settings
     from weightkeeper.registry import open_registry
+    from weightkeeper.runs import run_here
 
     root = Path(tempfile.mkdtemp(prefix="wk-bench-"))
     config = write_config(root, registry_url)
@@ -75,11 +76,11 @@ def bench(label: str, registry_url: str, count: int, requests: int) -> None:
     start = time.perf_counter()
     fill(registry, root, count)
     print(f"{label}: inserted {count} models in {time.perf_counter() - start:.1f}s")
-    reconcile()  # warm-up: flow registration, imports
+    run_here(reconcile)  # warm-up: flow registration, imports
     passes = []
     for _ in range(3):
         start = time.perf_counter()
-        reconcile()
+        run_here(reconcile)
         passes.append(time.perf_counter() - start)
     best = min(passes)
     print(f"{label}: reconcile pass  {best:8.2f} s  ({best / count * 1e6:7.1f} us/model, best of 3)")

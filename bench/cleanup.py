@@ -38,15 +38,16 @@ def main() -> None:
 
         from flows.delete_model import delete_model
         from flows.ensure_model import ensure_model
+        from weightkeeper.runs import run_here
 
         declare("many")
-        assert ensure_model("many") == "Ready"
+        assert run_here(ensure_model, "many") == "Ready"
         path = root / "volume" / "models" / "many" / "bench--tiny"
         assert path.is_dir()
         fill(path, count)
         sh("cp", "-a", str(path), str(root / "copy"))
         sh("sync")
-        ours = timed(lambda: delete_model("many") == "Released" or exit("delete failed"))
+        ours = timed(lambda: run_here(delete_model, "many") == "Released" or exit("delete failed"))
         assert not path.exists()
         sh("sync")
         reference = timed(lambda: sh("rm", "-rf", str(root / "copy")))

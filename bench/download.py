@@ -60,6 +60,7 @@ def main() -> None:
         from weightkeeper.config import load_settings
         from weightkeeper.hub import fetch_snapshot, resolve_snapshot
         from weightkeeper.layout import HfSource
+        from weightkeeper.runs import run_here
         from weightkeeper.service import declare_model, registry_for
 
         settings = load_settings()
@@ -68,7 +69,7 @@ def main() -> None:
         def pipeline(name: str, source: str) -> None:
             declare_model(settings, registry, name=name, source=source, owner_name="bench", owner_uid=0,
                           workspaces=["bench"], subpath=f"models/{name}")
-            assert ensure_model(name) == "Ready", registry.get_model(name).message
+            assert run_here(ensure_model, name) == "Ready", registry.get_model(name).message
 
         def fetch_only(dest: Path) -> None:
             snapshot = resolve_snapshot(HfSource("bench/big", "main"), hub.url, None)

@@ -29,19 +29,20 @@ def main() -> None:
 
         from flows.delete_model import delete_model
         from flows.ensure_model import ensure_model
+        from weightkeeper.runs import run_here
 
         counter = iter(range(10 ** 6))
 
         def create() -> str:
             name = f"tiny-{next(counter)}"
             declare(name)
-            assert ensure_model(name) == "Ready"
+            assert run_here(ensure_model, name) == "Ready"
             return name
 
         def create_and_delete() -> tuple[float, float]:
             holder: list[str] = []
             up = timed(lambda: holder.append(create()))
-            down = timed(lambda: delete_model(holder[0]) == "Released" or sys.exit("delete failed"))
+            down = timed(lambda: run_here(delete_model, holder[0]) == "Released" or sys.exit("delete failed"))
             return up, down
 
         hf = str(Path(sys.executable).parent / "hf")

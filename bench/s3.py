@@ -128,6 +128,7 @@ def configure_pipeline(root: Path, hub_url: str, endpoint: str):
     """A config with two workspaces and S3 enabled; returns `create(name, source)`: declare, then ensure."""
     from flows.ensure_model import ensure_model
     from weightkeeper.config import load_settings
+    from weightkeeper.runs import run_here
     from weightkeeper.service import declare_model, registry_for
 
     volumes = {name: root / "volumes" / name for name in ("team-a", "team-b")}
@@ -144,7 +145,7 @@ def configure_pipeline(root: Path, hub_url: str, endpoint: str):
     def create(name: str, source: str) -> None:
         declare_model(settings, registry_for(settings), name=name, source=source, owner_name="bench",
                       owner_uid=os.getuid())
-        if ensure_model(name) != "Ready":
+        if run_here(ensure_model, name) != "Ready":
             raise RuntimeError(registry_for(settings).get_model(name).message)
 
     return create

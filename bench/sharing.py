@@ -36,6 +36,7 @@ def main() -> None:
         from flows.ensure_model import ensure_model
         from weightkeeper.config import load_settings
         from weightkeeper.hubserver import HubServer
+        from weightkeeper.runs import run_here
         from weightkeeper.service import declare_model, registry_for
 
         hub = HubServer(root / "hub").start()
@@ -54,7 +55,7 @@ def main() -> None:
                 declare_model(settings, registry, name=name, source="hf://bench/shared", owner_name="bench",
                               owner_uid=os.getuid(), workspaces=[policy], subpath=f"models/m{i}",
                               download_policy=policy)
-                assert ensure_model(name) == "Ready"
+                assert run_here(ensure_model, name) == "Ready"
         shared, copies = du(root / "reuse-if-exists"), du(root / "always-download")
         hub.stop()
     print(f"| sharing: {args.models} models on one {args.mib} MiB snapshot, bytes on disk | {shared:,} (reuse-if-exists) "

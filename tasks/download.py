@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from uuid import UUID
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
@@ -70,16 +72,18 @@ def _claim(registry: Registry, name: str, entry: LocalPath, holder: Holder, leas
 
 class Reporter:
     """Heartbeat, progress and cancellation, throttled: called on every chunk from many threads.
-    `also` renews a second lease (a shared copy's) with the path's."""
+    `also` renews a second lease (a shared copy's) with the path's. A progress artifact appears once
+    the download has gone on for ARTIFACT_SECONDS (a shorter one has only the model's table of paths)."""
 
     def __init__(self, registry: Registry, name: str, entry: LocalPath, holder: Holder, total: int):
         self.registry, self.name, self.entry, self.holder, self.total = registry, name, entry, holder, total
         self.also: Callable[[], bool] | None = None
-        self.last_beat = self.last_artifact = 0.0
+        self.last_beat = 0.0
+        self.last_artifact = time.monotonic()
         self.stopped: str | None = None
-        self.artifact = create_progress_artifact(
-            progress=0.0, key=f"progress-{name}-{entry.workspace}"[:100],
-            description=f"Download of {name} into {entry.path}")
+        self.artifact: UUID | None = None
+        self.beating = threading.Lock()
+        self.task_context = contextvars.copy_context()
 
     def _renew(self, done: int | None = None, message: str | None = None) -> None:
         if not self.registry.heartbeat(self.name, self.entry.id, self.holder, done, self.total, message):
@@ -113,13 +117,24 @@ class Reporter:
             raise DownloadCancelled(self.stopped)
         if not force and now - self.last_beat < HEARTBEAT_SECONDS:
             return
-        self.last_beat = now
-        self._renew(done, message)
-        if self.stopped:
-            raise DownloadCancelled(self.stopped)
-        if done is not None and (force or now - self.last_artifact >= ARTIFACT_SECONDS) and self.artifact:
-            self.last_artifact = now
-            update_progress_artifact(self.artifact, progress=100.0 * done / max(self.total, 1))
+        with self.beating:
+            if not force and now - self.last_beat < HEARTBEAT_SECONDS:
+                return  # another thread beat meanwhile
+            self.last_beat = now
+            self._renew(done, message)
+            if self.stopped:
+                raise DownloadCancelled(self.stopped)
+            if done is not None and (now - self.last_artifact >= ARTIFACT_SECONDS or force and self.artifact):
+                self.last_artifact = now
+                self._show_progress(100.0 * done / max(self.total, 1))
+
+    def _show_progress(self, percent: float) -> None:
+        if self.artifact is None:  # in the task run's context: this may be a transfer thread
+            self.artifact = self.task_context.run(
+                create_progress_artifact, progress=percent, key=f"progress-{self.name}-{self.entry.workspace}"[:100],
+                description=f"Download of {self.name} into {self.entry.path}")
+        else:
+            update_progress_artifact(self.artifact, progress=percent)
 
 
 def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: Snapshot, target: Path,

@@ -119,6 +119,15 @@ def prefect_server():
     shutil.rmtree(SESSION_DIR, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def flows_run_as_weightkeeper_runs_them_here():
+    """Flows a test calls run as `weightkeeper.runs.run_here` runs them: without Prefect's flow-run heartbeat."""
+    from weightkeeper.runs import without_prefect_heartbeat
+
+    with without_prefect_heartbeat():
+        yield
+
+
 @pytest.fixture(scope="session")
 def hub():
     with HubServer(SESSION_DIR / "hub") as server:

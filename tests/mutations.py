@@ -77,6 +77,19 @@ MUTATIONS = {
     "token-not-to-cdn": ("weightkeeper/hub.py", "(location, headers if _origin(location) == _origin(url) else anonymous)",
                          "(location, headers)",
                          "tests/test_download.py::test_the_token_goes_to_the_hub_and_never_to_the_cdn_it_redirects_to"),
+    "connection-reuse": ("weightkeeper/hub.py", "if left == 0 and response._fp.isclosed():", "if False:",
+                         "tests/test_download.py::test_ranges_reuse_their_connections"),
+    "inline-hash-order": ("weightkeeper/download.py", "inline = not self.hashing and self.hashed == offset",
+                          "inline = not self.hashing",
+                          "tests/test_download.py::test_a_large_file_is_fetched_as_parallel_ranges_and_checked"),
+    "prefect-heartbeat-here": ("weightkeeper/runs.py", "    with without_prefect_heartbeat():\n        return flow(*args)",
+                               "    return flow(*args)", "tests/test_lifecycle.py::"
+                               "test_a_run_started_here_sends_no_prefect_heartbeat_its_run_lease_is_its_heartbeat"),
+    "slot-client-backoff": ("weightkeeper/runtime.py",
+                            'response = _post(client, "/v2/concurrency_limits/increment-with-lease", body)',
+                            'response = client._client.post("/v2/concurrency_limits/increment-with-lease", json=body)',
+                            "tests/test_server_restart.py::"
+                            "test_a_locked_server_database_is_polled_at_once_not_waited_out_in_the_clients_backoff"),
     "checksum": ("weightkeeper/download.py", "        ok = size == self.remote.size and (self.digest is None or",
                  "        ok = size == self.remote.size and (True or",
                  "tests/test_lifecycle.py::test_corrupt_partial_file_is_dropped_and_refetched "

@@ -99,6 +99,21 @@ def test_a_large_file_is_fetched_as_parallel_ranges_and_checked(hub, big_repo, t
     assert not list((tmp_path / "m" / PARTIAL_DIR).iterdir())  # no partial file or progress left
 
 
+def test_ranges_reuse_their_connections(hub, tmp_path, monkeypatch):
+    monkeypatch.setattr(download, "PART_BYTES", MIB)
+    repo = f"acme/pooled-{time.monotonic_ns()}"
+    files = {f"model-{i:05d}-of-00003.safetensors": random.Random(i).randbytes(8 * MIB) for i in (1, 2, 3)}
+    hub.add_repo(repo, files)
+    snapshot = resolve_snapshot(HfSource(repo, "main"), hub.url, None)
+    hub.reset_stats()
+    fetch(hub, snapshot, tmp_path / "m")
+    gets = [r for r in hub.requests if r.repo_id == repo and r.method == "GET"]
+    assert len(gets) == 24  # 8 ranges per file
+    assert len({r.client_port for r in gets}) <= download.CONNECTIONS  # each connection served several
+    for name, data in files.items():
+        assert (tmp_path / "m" / name).read_bytes() == data
+
+
 def test_an_interrupted_ranged_download_resumes_every_range_where_it_stopped(hub, big_repo, tmp_path):
     repo, data, snapshot = big_repo
     hub.set_throttle(8 * MIB, repo_id=repo)

@@ -15,6 +15,7 @@ from flows.delete_model import delete_model
 from flows.ensure_model import ensure_model
 from weightkeeper.download import PARTIAL_DIR
 from weightkeeper.errors import ConflictError
+from weightkeeper.runs import run_here
 
 
 def fetched_files(path: str) -> list[str]:
@@ -298,6 +299,59 @@ def test_download_timeout_fails_the_path_and_keeps_the_partial_files(wk, hub):
     model = wk.registry.get_model("timeout")
     assert "exceeded its timeout" in model.message
     assert any(Path(model.local_paths[0].path, PARTIAL_DIR).rglob("*.part"))
+
+
+def test_a_long_download_shows_its_progress_and_a_short_one_only_its_table(wk, hub, monkeypatch):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    import tasks.download
+
+    def artifacts(key: str):
+        with get_client(sync_client=True) as client:
+            return client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+
+    default = tasks.download.ARTIFACT_SECONDS
+    monkeypatch.setattr(tasks.download, "ARTIFACT_SECONDS", 0.5)
+    hub.add_repo("acme/long", tiny_files("long", shards=1, shard_size=3 * 1024 * 1024))
+    hub.add_repo("acme/short", tiny_files("short"))
+    hub.set_throttle(1024 * 1024, repo_id="acme/long")
+    try:
+        wk.declare("long", "hf://acme/long", workspaces=["team-a"])
+        assert ensure_model("long") == "Ready"
+    finally:
+        hub.set_throttle(None, repo_id="acme/long")
+    (progress,) = artifacts("progress-long-team-a")
+    assert progress.type == "progress" and progress.data == 100.0 and progress.task_run_id is not None
+    monkeypatch.setattr(tasks.download, "ARTIFACT_SECONDS", default)
+    wk.declare("short", "hf://acme/short", workspaces=["team-a"])
+    assert ensure_model("short") == "Ready"
+    assert artifacts("progress-short-team-a") == [] and len(artifacts("paths-short")) == 1
+
+
+def test_a_run_started_here_sends_no_prefect_heartbeat_its_run_lease_is_its_heartbeat(wk, hub):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY
+
+    from weightkeeper.runtime import prefect_settings
+
+    def heartbeats(flow_run_name: str) -> int:
+        with get_client(sync_client=True) as client:
+            (run,) = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[flow_run_name])))
+            beats = EventFilter(event=EventNameFilter(name=["prefect.flow-run.heartbeat"]),
+                                resource=EventResourceFilter(id=[f"prefect.flow-run.{run.id}"]))
+            return len(client.read_events(beats, limit=50).events)
+
+    hub.add_repo("acme/beat", tiny_files("beat"))
+    wk.declare("quiet", "hf://acme/beat", workspaces=["team-a"])
+    wk.declare("loud", "hf://acme/beat", workspaces=["team-b"])
+    with prefect_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: 30}):  # on, as in a worker's flow-run process
+        assert run_here(ensure_model, "quiet") == "Ready"
+        assert ensure_model("loud") == "Ready"
+    wait_until(lambda: heartbeats("ensure-loud"), what="the heartbeat event of the other run")
+    assert heartbeats("ensure-quiet") == 0
 
 
 def test_private_workspace_without_volume_fails_the_model(wk, hub):

@@ -94,13 +94,15 @@ def start_in_background(settings: Settings, flow: str, name: str) -> str:
 
 
 def _run_flow(flow: str, name: str):
+    from weightkeeper.runs import run_here
+
     if flow == "ensure-model":
         from flows.ensure_model import ensure_model
 
-        return ensure_model(name)
+        return run_here(ensure_model, name)
     from flows.delete_model import delete_model
 
-    return delete_model(name)
+    return run_here(delete_model, name)
 
 
 def _launch(args, settings: Settings, registry: Registry, flow: str, name: str) -> int:
@@ -221,11 +223,12 @@ def cmd_run(args, settings: Settings) -> int:
 def cmd_reconcile(args, settings: Settings) -> int:
     """One reconcile pass here, or (with --every) a Prefect deployment served on that interval."""
     from flows.reconcile import reconcile
+    from weightkeeper.runs import run_here
 
     if args.every:
         reconcile.serve(name="reconcile", interval=args.every)
         return 0
-    outcomes = reconcile()
+    outcomes = run_here(reconcile)
     for path, outcome in sorted(outcomes.items()):
         console.print(f"{outcome:>14}  {path}")
     return 0

@@ -49,6 +49,7 @@ def _write_config(scratch: Path, endpoint: str | None) -> Path:
 def run_demo(source: str | None = None, offline: bool = False) -> int:
     from flows.delete_model import delete_model
     from flows.ensure_model import ensure_model
+    from weightkeeper.runs import run_here
 
     scratch = Path(tempfile.mkdtemp(prefix="weightkeeper-demo-"))
     server = None
@@ -68,7 +69,7 @@ def run_demo(source: str | None = None, offline: bool = False) -> int:
         declare_model(settings, registry, name="demo", source=source, owner_name=getpass.getuser(),
                       owner_uid=os.getuid())
         console.print("[bold]2. ensure-model[/] (a Prefect flow; runs show in the Prefect UI)")
-        model = follow(registry, "demo", lambda: ensure_model("demo"))
+        model = follow(registry, "demo", lambda: run_here(ensure_model, "demo"))
         console.print(paths_table(model))
         if model.phase != "Ready":
             console.print(f"demo failed: {model.message}")
@@ -78,7 +79,7 @@ def run_demo(source: str | None = None, offline: bool = False) -> int:
                            if f.is_file() and ".cache" not in f.parts)
             console.print(f"   {p.path}: {p.size_bytes} bytes in {', '.join(files)}")
         console.print("[bold]3. delete-model[/]: stop downloads, clean each path, release")
-        follow(registry, "demo", lambda: delete_model("demo"))
+        follow(registry, "demo", lambda: run_here(delete_model, "demo"))
         for p in model.local_paths:
             console.print(f"   {p.path}: {'still there!' if os.path.lexists(p.path) else 'gone'}")
         left = registry.list_models(include_deleting=True)

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from itertools import zip_longest
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -181,6 +182,7 @@ class PartialFile:
         self.cond, self.save_lock = threading.Condition(), threading.Lock()
         self.saved_at, self.fd, self.failed = 0.0, -1, False
         self.hash_error: BaseException | None = None
+        self.hashed, self.hashing = 0, False  # the digest covers bytes [0, hashed); a thread is adding to it
         self.hasher: threading.Thread | None = None
         have = self.part.stat().st_size if self.part.is_file() else 0
         self.truncate = have > self.remote.size  # a partial file longer than the file: start over
@@ -228,8 +230,8 @@ class PartialFile:
                 raise DownloadError(f"cannot write {self.ranges}: {e.strerror or e}", permanent=True) from None
 
     def write(self, part: Part, chunk: memoryview) -> None:
-        """Write the next bytes of `part` at its offset."""
-        view = chunk
+        """Write the next bytes of `part` at its offset (and hash them here when they extend the hashed prefix)."""
+        offset, view = part.offset, chunk
         while view:
             try:
                 n = os.pwrite(self.fd, view, part.offset)
@@ -238,28 +240,55 @@ class PartialFile:
             view = view[n:]
             with self.cond:
                 part.done += n
-                self.cond.notify_all()
+        self._hash_written(offset, chunk)
         self.save()
 
+    def _hash_written(self, offset: int, chunk: memoryview) -> None:
+        """Hash `chunk`, just written at `offset`, if it continues the hashed prefix; wake the hasher thread
+        when bytes behind the prefix became contiguous (a range reached the next one's written bytes)."""
+        if self.digest is None:
+            return
+        with self.cond:
+            inline = not self.hashing and self.hashed == offset
+            self.hashing |= inline
+            if not inline:
+                if not self.hashing and frontier(self.parts) > self.hashed:
+                    self.cond.notify_all()
+                return
+        try:
+            self.digest.update(chunk)
+        finally:
+            with self.cond:
+                self.hashed += len(chunk)
+                self.hashing = False
+                if self.hashed >= self.remote.size or frontier(self.parts) > self.hashed:
+                    self.cond.notify_all()
+
     def _hash(self) -> None:
-        """Hash the bytes as they become contiguous on disk (re-reading them from the page cache)."""
+        """Hash what the writers could not (bytes already on disk when resuming, or written beyond the prefix
+        and then reached by it), reading them back from the page cache. Ends when all is hashed or on stop()."""
         if self.digest is None:
             return
         buf = memoryview(bytearray(min(HASH_CHUNK, self.remote.size)))
-        pos = 0
         try:
-            while pos < self.remote.size:
+            while True:
                 with self.cond:
-                    while (front := frontier(self.parts)) <= pos and not self.failed:
+                    while not self.failed and self.hashed < self.remote.size and (
+                            self.hashing or frontier(self.parts) <= self.hashed):
                         self.cond.wait()
-                if front <= pos:
-                    return
-                while pos < front:
-                    n = os.preadv(self.fd, [buf[:min(HASH_CHUNK, front - pos)]], pos)
-                    if not n:
-                        raise DownloadError(f"{self.part} is shorter than its recorded progress")
-                    self.digest.update(buf[:n])
-                    pos += n
+                    if self.failed or self.hashed >= self.remote.size:
+                        return
+                    self.hashing, pos, front = True, self.hashed, frontier(self.parts)
+                try:
+                    while pos < front:
+                        n = os.preadv(self.fd, [buf[:min(HASH_CHUNK, front - pos)]], pos)
+                        if not n:
+                            raise DownloadError(f"{self.part} is shorter than its recorded progress")
+                        self.digest.update(buf[:n])
+                        pos += n
+                finally:
+                    with self.cond:
+                        self.hashed, self.hashing = pos, False
         except BaseException as e:  # noqa: BLE001 - reported by finish()
             self.hash_error = e
 
@@ -369,7 +398,8 @@ def _fetch(target: Path, remotes: Sequence[RemoteFile], transfer: Transfer, on_b
                 file.stop()
             raise
 
-    jobs = [(f, p) for f in files for p in ([p for p in f.parts if not p.complete] or [None])]
+    per_file = [[(f, p) for p in ([p for p in f.parts if not p.complete] or [None])] for f in files]
+    jobs = [job for turn in zip_longest(*per_file) for job in turn if job]  # round robin: few writers per file
     with ThreadPoolExecutor(max_workers=CONNECTIONS, thread_name_prefix="fetch") as pool:
         futures = [pool.submit(run, file, part) for file, part in jobs]
         for future in futures:

@@ -105,6 +105,7 @@ class RequestRecord:
     authorization_present: bool
     repo_id: str | None = None
     filename: str | None = None
+    client_port: int = 0  # which connection the request came on
 
 
 @dataclass
@@ -232,7 +233,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.record = RequestRecord(
             self.command, self.path, self.headers.get("Range"), 0, 0, "Authorization" in self.headers,
             repo_id=(api or resolve)["repo"] if api or resolve else None,
-            filename=unquote(resolve["path"]) if resolve else None,
+            filename=unquote(resolve["path"]) if resolve else None, client_port=self.client_address[1],
         )
         with hub._lock:
             hub.requests.append(self.record)

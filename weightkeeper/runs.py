@@ -10,18 +10,34 @@ import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
+import prefect.context
 from prefect import get_run_logger
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run
+from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY
 
 from weightkeeper.config import Settings, deployment_name
 from weightkeeper.errors import NotFoundError
 from weightkeeper.registry import Holder, Registry
 from weightkeeper.registry.runs import RESERVED
-from weightkeeper.runtime import runtime
+from weightkeeper.runtime import prefect_settings, runtime
 
 F = TypeVar("F", bound=Callable[..., str])
+R = TypeVar("R")
+
+
+def without_prefect_heartbeat() -> prefect.context.SettingsContext:
+    """Flows started in this thread send no Prefect flow-run heartbeat. Their run lease is their heartbeat
+    (renewed every lease/3 s; reconcile marks a run whose lease lapsed Crashed), and Prefect's heartbeat
+    thread sleeps in 1 s steps: joining it made every run return up to 1 s after it had finished."""
+    return prefect_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
+
+
+def run_here(flow: Callable[..., R], *args) -> R:
+    """Run a flow in this process and thread (the CLI, the demo, the benchmarks)."""
+    with without_prefect_heartbeat():
+        return flow(*args)
 
 
 class NoDeployment(Exception):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -9,15 +10,17 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 from uuid import UUID
 
 import httpx
+import prefect.context
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, GlobalConcurrencyLimitUpdate
 from prefect.client.schemas.objects import ConcurrencyLeaseHolder
 from prefect.exceptions import ObjectNotFound
 from prefect.runtime import task_run
-from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
+from prefect.settings.legacy import Setting
 
 from weightkeeper.config import DOWNLOAD_LIMIT_NAME, Settings, load_settings
 from weightkeeper.errors import DownloadError
@@ -25,8 +28,25 @@ from weightkeeper.registry import Registry, open_registry
 
 SLOT_POLL_SECONDS = 1.0
 SLOT_LEASE_SECONDS = 60.0
+RELEASE_SECONDS = 5.0
+LOCKED_DB_RETRY_SECONDS = 0.05
 
 logger = logging.getLogger("weightkeeper.runtime")
+_PREFECT_SETTINGS: dict[tuple, tuple[Any, Any]] = {}  # (base id, updates) -> (base, updated)
+
+
+def prefect_settings(updates: dict[Setting, Any]) -> prefect.context.SettingsContext:
+    """Prefect's `temporary_settings(updates)` as a context manager, the updated settings built once per base
+    settings: building them re-reads every source (~30 ms), and this runs on every download slot and flow."""
+    context = prefect.context.get_settings_context()
+    key = (id(context.settings), tuple((setting.name, value) for setting, value in updates.items()))
+    base, updated = _PREFECT_SETTINGS.get(key, (None, None))
+    if base is not context.settings:
+        if len(_PREFECT_SETTINGS) > 32:
+            _PREFECT_SETTINGS.clear()
+        updated = context.settings.copy_with_update(updates=updates)
+        _PREFECT_SETTINGS[key] = (context.settings, updated)
+    return prefect.context.SettingsContext(profile=context.profile, settings=updated)
 
 
 def runtime() -> tuple[Settings, Registry]:
@@ -56,29 +76,54 @@ def slots_in_use() -> tuple[int, int]:
         return limit.active_slots, limit.limit
 
 
+def _post(client, path: str, body: dict) -> httpx.Response:
+    """POST through the Prefect client, retrying no status. Its own loop backs a 503 (the server's SQLite
+    was locked) off by 2 to 32 s, and in Prefect 3.9 sleeps even after its last attempt; slot requests
+    poll instead. (`_send_with_retry` keeps the client's CSRF handling; Prefect is pinned to 3.9.)"""
+    http = client._client
+    return http._send_with_retry(request=http.build_request("POST", path, json=body),
+                                 send=functools.partial(httpx.Client.send, http), send_args=(), send_kwargs={})
+
+
 def _acquire_slot(client, on_wait: Callable[[int, int], None]) -> UUID:
     """One slot of the download limit under a lease; waits (calling `on_wait`) while all are taken."""
-    holder = ConcurrencyLeaseHolder(type="task_run", id=task_run.id) if task_run.id else None
+    body = {"names": [DOWNLOAD_LIMIT_NAME], "slots": 1, "mode": "concurrency", "lease_duration": SLOT_LEASE_SECONDS}
+    if task_run.id:
+        body["holder"] = ConcurrencyLeaseHolder(type="task_run", id=task_run.id).model_dump(mode="json")
+    busy = LOCKED_DB_RETRY_SECONDS
     while True:
-        try:
-            # no client-side backoff (2 to 32 s): a 503 (the SQLite of the server was locked) is polled like a 423
-            with temporary_settings({PREFECT_CLIENT_MAX_RETRIES: 0}):
-                response = client.increment_concurrency_slots_with_lease(
-                    names=[DOWNLOAD_LIMIT_NAME], slots=1, mode="concurrency", lease_duration=SLOT_LEASE_SECONDS,
-                    holder=holder)
-        except httpx.HTTPStatusError as e:
-            if e.response.status_code not in (423, 503):  # 423 Locked: every slot is taken
-                raise
-            if e.response.status_code == 423:
-                on_wait(*slots_in_use())
-            retry_after = float(e.response.headers.get("Retry-After") or SLOT_POLL_SECONDS)
+        response = _post(client, "/v2/concurrency_limits/increment-with-lease", body)
+        if response.status_code == 423:  # Locked: every slot is taken
+            on_wait(*slots_in_use())
+            retry_after = float(response.headers.get("Retry-After") or SLOT_POLL_SECONDS)
             time.sleep(min(max(retry_after, SLOT_POLL_SECONDS / 4), SLOT_POLL_SECONDS))
             continue
+        if response.status_code == 503:  # the server's database was busy for a moment
+            time.sleep(busy)
+            busy = min(2 * busy, SLOT_POLL_SECONDS)
+            continue
+        response.raise_for_status()
         granted = response.json()
         if not granted.get("limits"):
             raise DownloadError(f"the download limit {DOWNLOAD_LIMIT_NAME!r} does not exist on the Prefect server; "
                                 "`weightkeeper serve` or any ensure-model run creates it", permanent=True)
         return UUID(granted["lease_id"])
+
+
+def _release_slot(client, lease_id: UUID) -> None:
+    """Free the slot now; a 503 is tried again for a few seconds, then the lease expires on its own."""
+    deadline = time.monotonic() + RELEASE_SECONDS
+    while True:
+        try:
+            response = _post(client, "/v2/concurrency_limits/decrement-with-lease", {"lease_id": str(lease_id)})
+            if response.status_code != 503 or time.monotonic() > deadline:
+                response.raise_for_status()
+                return
+        except Exception as e:  # noqa: BLE001 - the lease expires on its own
+            logger.warning("could not release download slot lease %s (it expires in %.0f s): %s", lease_id,
+                           SLOT_LEASE_SECONDS, e)
+            return
+        time.sleep(LOCKED_DB_RETRY_SECONDS)
 
 
 @contextmanager
@@ -107,11 +152,7 @@ def download_slot(settings: Settings, on_wait: Callable[[int, int], None]) -> It
         finally:
             released.set()
             renewer.join()
-            try:
-                client.release_concurrency_slots_with_lease(lease_id)
-            except Exception as e:  # noqa: BLE001 - the lease expires on its own
-                logger.warning("could not release download slot lease %s (it expires in %.0f s): %s", lease_id,
-                               SLOT_LEASE_SECONDS, e)
+            _release_slot(client, lease_id)
 
 
 def _load_secret(block: str, what: str):
