@@ -1,6 +1,6 @@
 """Download: create -> Ready through the whole pipeline vs `hf download` vs `curl` of the same files.
 
-    .venv/bin/python bench/download.py [--quick] [--repeat 2]
+    .venv/bin/python bench/download.py [--quick] [--repeat 3]
 
 A ~1 GiB model (4 safetensors shards plus small files; `--quick`: 128 MiB) served by the loopback Hub
 server in its own process. curl fetches the same files with `--parallel` (the raw limit of this
@@ -42,7 +42,7 @@ def fetch_with_hf(url: str, dest: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     shard_mib = 32 if args.quick else 255
     with tempfile.TemporaryDirectory(prefix="wk-bench-download-", dir="/var/tmp") as tmp:

@@ -37,7 +37,7 @@ _PREFECT_SETTINGS: dict[tuple, tuple[Any, Any]] = {}  # (base id, updates) -> (b
 
 def prefect_settings(updates: dict[Setting, Any]) -> prefect.context.SettingsContext:
     """Prefect's `temporary_settings(updates)` as a context manager, the updated settings built once per base
-    settings: building them re-reads every source (~30 ms), and this runs on every download slot and flow."""
+    settings: building them re-reads every source (~30 ms), and this runs for every flow started here."""
     context = prefect.context.get_settings_context()
     key = (id(context.settings), tuple((setting.name, value) for setting, value in updates.items()))
     base, updated = _PREFECT_SETTINGS.get(key, (None, None))
@@ -90,19 +90,21 @@ def _acquire_slot(client, on_wait: Callable[[int, int], None]) -> UUID:
     body = {"names": [DOWNLOAD_LIMIT_NAME], "slots": 1, "mode": "concurrency", "lease_duration": SLOT_LEASE_SECONDS}
     if task_run.id:
         body["holder"] = ConcurrencyLeaseHolder(type="task_run", id=task_run.id).model_dump(mode="json")
-    busy = LOCKED_DB_RETRY_SECONDS
+    busy, busy_since = LOCKED_DB_RETRY_SECONDS, None
     while True:
         response = _post(client, "/v2/concurrency_limits/increment-with-lease", body)
         if response.status_code == 423:  # Locked: every slot is taken
+            busy, busy_since = LOCKED_DB_RETRY_SECONDS, None
             on_wait(*slots_in_use())
             retry_after = float(response.headers.get("Retry-After") or SLOT_POLL_SECONDS)
             time.sleep(min(max(retry_after, SLOT_POLL_SECONDS / 4), SLOT_POLL_SECONDS))
             continue
-        if response.status_code == 503:  # the server's database was busy for a moment
-            time.sleep(busy)
+        busy_since = busy_since or time.monotonic()
+        if response.status_code == 503 and time.monotonic() - busy_since < SLOT_LEASE_SECONDS:
+            time.sleep(busy)  # the server's database was busy for a moment
             busy = min(2 * busy, SLOT_POLL_SECONDS)
             continue
-        response.raise_for_status()
+        response.raise_for_status()  # an unavailable server fails the attempt: the task's retries take over
         granted = response.json()
         if not granted.get("limits"):
             raise DownloadError(f"the download limit {DOWNLOAD_LIMIT_NAME!r} does not exist on the Prefect server; "
