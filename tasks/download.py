@@ -82,7 +82,7 @@ class Reporter:
         self.last_artifact = time.monotonic()
         self.stopped: str | None = None
         self.artifact: UUID | None = None
-        self.beating = threading.Lock()
+        self.beating, self.showing = threading.Lock(), threading.Lock()
         self.task_context = contextvars.copy_context()
 
     def _renew(self, done: int | None = None, message: str | None = None) -> None:
@@ -124,17 +124,26 @@ class Reporter:
             self._renew(done, message)
             if self.stopped:
                 raise DownloadCancelled(self.stopped)
-            if done is not None and (now - self.last_artifact >= ARTIFACT_SECONDS or force and self.artifact):
+            show = done is not None and (now - self.last_artifact >= ARTIFACT_SECONDS or force and self.artifact)
+            if show:
                 self.last_artifact = now
-                self._show_progress(100.0 * done / max(self.total, 1))
+        if show and self.showing.acquire(blocking=False):  # one artifact call at a time; the others go on
+            try:
+                self.task_context.run(self._show_progress, 100.0 * done / max(self.total, 1))
+            finally:
+                self.showing.release()
 
     def _show_progress(self, percent: float) -> None:
-        if self.artifact is None:  # in the task run's context: this may be a transfer thread
-            self.artifact = self.task_context.run(
-                create_progress_artifact, progress=percent, key=f"progress-{self.name}-{self.entry.workspace}"[:100],
-                description=f"Download of {self.name} into {self.entry.path}")
-        else:
-            update_progress_artifact(self.artifact, progress=percent)
+        """Create or update the progress artifact, in the task run's context (this may be a transfer thread)."""
+        try:
+            if self.artifact is None:
+                self.artifact = create_progress_artifact(
+                    progress=percent, key=f"progress-{self.name}-{self.entry.workspace}"[:100],
+                    description=f"Download of {self.name} into {self.entry.path}")
+            else:
+                update_progress_artifact(self.artifact, progress=percent)
+        except Exception as e:  # noqa: BLE001 - progress is for show: the download goes on
+            get_run_logger().warning("%s: could not show progress of %s: %s", self.name, self.entry.path, e)
 
 
 def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: Snapshot, target: Path,

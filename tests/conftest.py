@@ -121,7 +121,8 @@ def prefect_server():
 
 @pytest.fixture(autouse=True)
 def flows_run_as_weightkeeper_runs_them_here():
-    """Flows a test calls run as `weightkeeper.runs.run_here` runs them: without Prefect's flow-run heartbeat."""
+    """Flows a test calls (in its own thread) run as `weightkeeper.runs.run_here` runs them: without Prefect's
+    flow-run heartbeat."""
     from weightkeeper.runs import without_prefect_heartbeat
 
     with without_prefect_heartbeat():

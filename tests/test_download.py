@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from pathlib import Path
 
@@ -110,6 +111,34 @@ def test_ranges_reuse_their_connections(hub, tmp_path, monkeypatch):
     gets = [r for r in hub.requests if r.repo_id == repo and r.method == "GET"]
     assert len(gets) == 24  # 8 ranges per file
     assert len({r.client_port for r in gets}) <= download.CONNECTIONS  # each connection served several
+    for name, data in files.items():
+        assert (tmp_path / "m" / name).read_bytes() == data
+
+
+def test_many_large_files_are_fetched_a_few_at_a_time(hub, tmp_path, monkeypatch):
+    monkeypatch.setattr(download, "PART_BYTES", MIB)
+    repo = f"acme/many-{time.monotonic_ns()}"
+    files = {f"model-{i:05d}-of-00012.safetensors": random.Random(i).randbytes(2 * MIB) for i in range(1, 13)}
+    hub.add_repo(repo, files)
+    snapshot = resolve_snapshot(HfSource(repo, "main"), hub.url, None)
+    opened, peak, lock = set(), [0], threading.Lock()
+    real_open, real_finish = download.PartialFile.open, download.PartialFile.finish
+
+    def tracked_open(self):
+        with lock:
+            opened.add(self.remote.path)
+            peak[0] = max(peak[0], len(opened))
+        return real_open(self)
+
+    def tracked_finish(self):
+        with lock:
+            opened.discard(self.remote.path)
+        return real_finish(self)
+
+    monkeypatch.setattr(download.PartialFile, "open", tracked_open)
+    monkeypatch.setattr(download.PartialFile, "finish", tracked_finish)
+    fetch(hub, snapshot, tmp_path / "m")
+    assert 2 <= peak[0] <= download.CONNECTIONS  # 12 files of 2 ranges: never all open at once
     for name, data in files.items():
         assert (tmp_path / "m" / name).read_bytes() == data
 

@@ -329,6 +329,24 @@ def test_a_long_download_shows_its_progress_and_a_short_one_only_its_table(wk, h
     assert artifacts("progress-short-team-a") == [] and len(artifacts("paths-short")) == 1
 
 
+def test_a_progress_artifact_that_cannot_be_shown_does_not_stop_the_download(wk, hub, monkeypatch):
+    import tasks.download
+
+    def refuse(**_):
+        raise RuntimeError("the Prefect server is busy")
+
+    monkeypatch.setattr(tasks.download, "ARTIFACT_SECONDS", 0.3)
+    monkeypatch.setattr(tasks.download, "create_progress_artifact", refuse)
+    hub.add_repo("acme/unshown", tiny_files("unshown", shards=1, shard_size=2 * 1024 * 1024))
+    hub.set_throttle(1024 * 1024, repo_id="acme/unshown")
+    try:
+        wk.declare("unshown", "hf://acme/unshown", workspaces=["team-a"])
+        assert ensure_model("unshown") == "Ready"
+    finally:
+        hub.set_throttle(None, repo_id="acme/unshown")
+    assert hub.get_count("acme/unshown", "model-00001-of-00001.safetensors") == 1  # in one go, not retried
+
+
 def test_a_run_started_here_sends_no_prefect_heartbeat_its_run_lease_is_its_heartbeat(wk, hub):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName

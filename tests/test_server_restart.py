@@ -12,6 +12,7 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
+import pytest
 from conftest import start_session_server, stop_session_server
 from served import wait_until
 
@@ -63,11 +64,13 @@ def test_a_slot_held_longer_than_its_lease_is_renewed_then_freed_on_release(wk):
 
 class _LockedOnce(BaseHTTPRequestHandler):
     """Forwards to the Prefect server, but answers the first request of each slot endpoint 503, as a
-    Prefect server whose SQLite was locked does."""
+    Prefect server whose SQLite was locked does (or, with `drop_release`, drops the first release's
+    connection unanswered)."""
 
     protocol_version = "HTTP/1.1"
     upstream = ""
     seen: Counter = Counter()
+    drop_release = False
 
     def log_message(self, format, *args):  # noqa: A002 - quiet
         pass
@@ -76,6 +79,9 @@ class _LockedOnce(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         endpoint = self.path.rsplit("/", 1)[-1]
         self.seen[endpoint] += 1
+        if endpoint == "decrement-with-lease" and self.seen[endpoint] == 1 and self.drop_release:
+            self.close_connection = True
+            return
         if endpoint in ("increment-with-lease", "decrement-with-lease") and self.seen[endpoint] == 1:
             status, headers, data = 503, {"Content-Type": "application/json"}, b'{"detail": "database is locked"}'
         else:
@@ -95,7 +101,8 @@ class _LockedOnce(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _forward
 
 
-def test_a_locked_server_database_is_polled_at_once_not_waited_out_in_the_clients_backoff(wk):
+@pytest.mark.parametrize("drop_release", [False, True], ids=["503", "dropped-release"])
+def test_a_locked_server_database_is_polled_at_once_not_waited_out_in_the_clients_backoff(wk, drop_release):
     from prefect.settings import PREFECT_API_URL
 
     from weightkeeper.config import load_settings
@@ -104,7 +111,7 @@ def test_a_locked_server_database_is_polled_at_once_not_waited_out_in_the_client
     settings = load_settings()
     ensure_download_limit(settings)
     api = PREFECT_API_URL.value()
-    _LockedOnce.upstream, _LockedOnce.seen = api, Counter()
+    _LockedOnce.upstream, _LockedOnce.seen, _LockedOnce.drop_release = api, Counter(), drop_release
     proxy = ThreadingHTTPServer(("127.0.0.1", 0), _LockedOnce)
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     try:

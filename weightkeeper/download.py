@@ -32,6 +32,7 @@ from weightkeeper.layout import SEGMENT
 CACHE_DIR = ".cache"
 PARTIAL_DIR = f"{CACHE_DIR}/weightkeeper"
 CONNECTIONS = 8  # ranges in flight at once, per fetch
+FILES_AT_ONCE = CONNECTIONS // 2  # files whose ranges are interleaved
 PART_BYTES = 32 << 20  # a file is split into ranges of at least this size, at most CONNECTIONS of them
 RANGE_RETRIES = 5  # a range whose connection is cut resumes this many times inside one run
 SAVE_SECONDS = 0.2  # how often the ranges' progress is written down
@@ -269,7 +270,7 @@ class PartialFile:
         and then reached by it), reading them back from the page cache. Ends when all is hashed or on stop()."""
         if self.digest is None:
             return
-        buf = memoryview(bytearray(min(HASH_CHUNK, self.remote.size)))
+        buf = None  # allocated when there is something to read back
         try:
             while True:
                 with self.cond:
@@ -279,6 +280,7 @@ class PartialFile:
                     if self.failed or self.hashed >= self.remote.size:
                         return
                     self.hashing, pos, front = True, self.hashed, frontier(self.parts)
+                buf = buf or memoryview(bytearray(min(HASH_CHUNK, self.remote.size)))
                 try:
                     while pos < front:
                         n = os.preadv(self.fd, [buf[:min(HASH_CHUNK, front - pos)]], pos)
@@ -398,8 +400,10 @@ def _fetch(target: Path, remotes: Sequence[RemoteFile], transfer: Transfer, on_b
                 file.stop()
             raise
 
+    # the ranges of FILES_AT_ONCE files at a time, in turn: few writers per file, few files open
     per_file = [[(f, p) for p in ([p for p in f.parts if not p.complete] or [None])] for f in files]
-    jobs = [job for turn in zip_longest(*per_file) for job in turn if job]  # round robin: few writers per file
+    jobs = [job for i in range(0, len(per_file), FILES_AT_ONCE)
+            for turn in zip_longest(*per_file[i:i + FILES_AT_ONCE]) for job in turn if job]
     with ThreadPoolExecutor(max_workers=CONNECTIONS, thread_name_prefix="fetch") as pool:
         futures = [pool.submit(run, file, part) for file, part in jobs]
         for future in futures:

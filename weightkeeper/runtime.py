@@ -113,19 +113,26 @@ def _acquire_slot(client, on_wait: Callable[[int, int], None]) -> UUID:
 
 
 def _release_slot(client, lease_id: UUID) -> None:
-    """Free the slot now; a 503 is tried again for a few seconds, then the lease expires on its own."""
-    deadline = time.monotonic() + RELEASE_SECONDS
+    """Free the slot now; a 503 or a dropped connection is tried again for a few seconds, then the lease
+    expires on its own."""
+    deadline, busy = time.monotonic() + RELEASE_SECONDS, LOCKED_DB_RETRY_SECONDS
     while True:
         try:
-            response = _post(client, "/v2/concurrency_limits/decrement-with-lease", {"lease_id": str(lease_id)})
-            if response.status_code != 503 or time.monotonic() > deadline:
-                response.raise_for_status()
-                return
+            try:
+                response = _post(client, "/v2/concurrency_limits/decrement-with-lease", {"lease_id": str(lease_id)})
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+            else:
+                if response.status_code != 503 or time.monotonic() > deadline:
+                    response.raise_for_status()
+                    return
         except Exception as e:  # noqa: BLE001 - the lease expires on its own
             logger.warning("could not release download slot lease %s (it expires in %.0f s): %s", lease_id,
                            SLOT_LEASE_SECONDS, e)
             return
-        time.sleep(LOCKED_DB_RETRY_SECONDS)
+        time.sleep(busy)
+        busy = min(2 * busy, SLOT_POLL_SECONDS)
 
 
 @contextmanager
