@@ -5,8 +5,9 @@ complete and its digest matches (sha256 for LFS files, the git blob sha1 for oth
 for S3 objects with a plain ETag). A file of at least two `PART_BYTES` is fetched as several byte
 ranges at once, each written at its offset; their progress is kept next to the partial file in
 `<file>.part.ranges`, so a later run, in any process, resumes every range where it stopped. A
-file in one range resumes from its partial file's size. A hasher thread per file follows the
-contiguous bytes on disk, so hashing overlaps the transfer.
+file in one range resumes from its partial file's size. Bytes that extend a file's hashed prefix
+are hashed by the thread that wrote them; a hasher thread per file reads back from the page cache
+what becomes contiguous later, so hashing overlaps the transfer.
 
 Where the bytes come from is a `Transfer`: `weightkeeper.hub` (ranged GETs from the Hub) or
 `weightkeeper.s3` (ranged GETs from S3).
@@ -22,8 +23,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from itertools import zip_longest
 from dataclasses import dataclass
+from itertools import zip_longest
 from pathlib import Path
 
 from weightkeeper.errors import DownloadError
