@@ -272,8 +272,7 @@ def test_pending_model_waits_for_a_deleting_models_path(wk, hub, immutable):
 def test_delete_stops_a_running_download_first(wk, hub):
     files = tiny_files("slow", shards=2, shard_size=2 * 1024 * 1024)
     hub.add_repo("acme/slow", files)
-    hub.set_throttle(256 * 1024, repo_id="acme/slow")
-    try:
+    with hub.throttled(256 * 1024, repo_id="acme/slow"):
         wk.declare("slow", "hf://acme/slow", workspaces=["team-a"])
         ensure = in_thread(ensure_model, "slow")
         wait_until(lambda: wk.registry.get_model("slow").local_paths[0].bytes_done > 0, what="download to start")
@@ -283,19 +282,14 @@ def test_delete_stops_a_running_download_first(wk, hub):
         ensure.join(60)
         assert not ensure.is_alive()
         assert not os.path.lexists(path)
-    finally:
-        hub.set_throttle(None, repo_id="acme/slow")
 
 
 def test_download_timeout_fails_the_path_and_keeps_the_partial_files(wk, hub):
     wk.rewrite(hf_endpoint=hub.url, download_timeout_seconds=1)
     hub.add_repo("acme/timeout", tiny_files("timeout", shards=1, shard_size=4 * 1024 * 1024))
-    hub.set_throttle(1024 * 1024, repo_id="acme/timeout")
-    try:
+    with hub.throttled(1024 * 1024, repo_id="acme/timeout"):
         wk.declare("timeout", "hf://acme/timeout", workspaces=["team-a"])
         assert ensure_model("timeout") == "Failed"
-    finally:
-        hub.set_throttle(None, repo_id="acme/timeout")
     model = wk.registry.get_model("timeout")
     assert "exceeded its timeout" in model.message
     assert any(Path(model.local_paths[0].path, PARTIAL_DIR).rglob("*.part"))
@@ -315,12 +309,9 @@ def test_a_long_download_shows_its_progress_and_a_short_one_only_its_table(wk, h
     monkeypatch.setattr(tasks.download, "ARTIFACT_SECONDS", 0.5)
     hub.add_repo("acme/long", tiny_files("long", shards=1, shard_size=3 * 1024 * 1024))
     hub.add_repo("acme/short", tiny_files("short"))
-    hub.set_throttle(1024 * 1024, repo_id="acme/long")
-    try:
+    with hub.throttled(1024 * 1024, repo_id="acme/long"):
         wk.declare("long", "hf://acme/long", workspaces=["team-a"])
         assert ensure_model("long") == "Ready"
-    finally:
-        hub.set_throttle(None, repo_id="acme/long")
     (progress,) = artifacts("progress-long-team-a")
     assert progress.type == "progress" and progress.data == 100.0 and progress.task_run_id is not None
     monkeypatch.setattr(tasks.download, "ARTIFACT_SECONDS", default)
@@ -338,12 +329,9 @@ def test_a_progress_artifact_that_cannot_be_shown_does_not_stop_the_download(wk,
     monkeypatch.setattr(tasks.download, "ARTIFACT_SECONDS", 0.3)
     monkeypatch.setattr(tasks.download, "create_progress_artifact", refuse)
     hub.add_repo("acme/unshown", tiny_files("unshown", shards=1, shard_size=2 * 1024 * 1024))
-    hub.set_throttle(1024 * 1024, repo_id="acme/unshown")
-    try:
+    with hub.throttled(1024 * 1024, repo_id="acme/unshown"):
         wk.declare("unshown", "hf://acme/unshown", workspaces=["team-a"])
         assert ensure_model("unshown") == "Ready"
-    finally:
-        hub.set_throttle(None, repo_id="acme/unshown")
     assert hub.get_count("acme/unshown", "model-00001-of-00001.safetensors") == 1  # in one go, not retried
 
 

@@ -17,6 +17,7 @@ Access control follows the Hub: a gated repo's metadata and tree are public but 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -26,6 +27,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -522,6 +524,15 @@ class HubServer:
                 self._throttle.pop(repo_id, None)
             else:
                 self._throttle[repo_id] = bytes_per_second
+
+    @contextlib.contextmanager
+    def throttled(self, bytes_per_second: int, repo_id: str | None = None) -> Iterator[None]:
+        """``set_throttle`` for the duration of a ``with`` block."""
+        self.set_throttle(bytes_per_second, repo_id)
+        try:
+            yield
+        finally:
+            self.set_throttle(None, repo_id)
 
     def _throttle_for(self, repo_id: str) -> int | None:
         with self._lock:

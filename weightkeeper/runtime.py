@@ -118,18 +118,18 @@ def _release_slot(client, lease_id: UUID) -> None:
     deadline, busy = time.monotonic() + RELEASE_SECONDS, LOCKED_DB_RETRY_SECONDS
     while True:
         try:
-            try:
-                response = _post(client, "/v2/concurrency_limits/decrement-with-lease", {"lease_id": str(lease_id)})
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise
-            else:
-                if response.status_code != 503 or time.monotonic() > deadline:
-                    response.raise_for_status()
-                    return
+            response = _post(client, "/v2/concurrency_limits/decrement-with-lease", {"lease_id": str(lease_id)})
+            if response.status_code != 503:
+                response.raise_for_status()
+                return
+            problem: object = "the server's database stayed busy"
+        except httpx.TransportError as e:
+            problem = e
         except Exception as e:  # noqa: BLE001 - the lease expires on its own
+            problem, deadline = e, 0.0
+        if time.monotonic() > deadline:
             logger.warning("could not release download slot lease %s (it expires in %.0f s): %s", lease_id,
-                           SLOT_LEASE_SECONDS, e)
+                           SLOT_LEASE_SECONDS, problem)
             return
         time.sleep(busy)
         busy = min(2 * busy, SLOT_POLL_SECONDS)
