@@ -25,13 +25,13 @@ ENV = {
     "HF_HUB_DISABLE_XET": "1",
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "PREFECT_LOGGING_LEVEL": "WARNING",
-    "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
 }
 
 
 def prepare_environment(root: Path) -> subprocess.Popen:
     """Before Prefect is imported: quiet clients, a private HF home, and a Prefect server of its own
-    (a process, as in a deployment, returned) with its home under `root`; it stops when this process exits."""
+    (`weightkeeper.prefectserver` in a process, as `weightkeeper serve` runs it; returned) with its home
+    under `root`; it stops when this process exits."""
     os.environ.update(ENV, HF_HOME=str(root / "hf-home"), PREFECT_HOME=str(root / "prefect-home"))
     os.environ.pop("HF_TOKEN", None)
     (root / "prefect-home").mkdir(parents=True, exist_ok=True)
@@ -39,7 +39,7 @@ def prepare_environment(root: Path) -> subprocess.Popen:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port",
+    server = subprocess.Popen([sys.executable, "-m", "weightkeeper.prefectserver", "--host", "127.0.0.1", "--port",
                                str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     atexit.register(lambda: (server.terminate(), server.wait(20)))
     os.environ["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"

@@ -36,7 +36,6 @@ os.environ.update({
     "HF_HOME": str(SESSION_DIR / "hf-home"),
     "PREFECT_HOME": str(SESSION_DIR / "prefect-home"),
     "PREFECT_API_URL": f"http://127.0.0.1:{PREFECT_PORT}/api",
-    "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
     "PREFECT_LOGGING_LEVEL": "INFO",
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "PREFECT_TASKS_DEFAULT_RETRY_DELAY_SECONDS": "0",
@@ -58,7 +57,7 @@ def start_prefect_server(port: int, home: Path, database_url: str | None = None)
     env.pop("PREFECT_API_URL", None)
     log = open(home.parent / f"prefect-server-{port}.log", "ab")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        [sys.executable, "-m", "weightkeeper.prefectserver", "--host", "127.0.0.1", "--port", str(port)],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     import httpx
 

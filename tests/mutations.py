@@ -90,6 +90,10 @@ MUTATIONS = {
                             'response = client._client.post("/v2/concurrency_limits/increment-with-lease", json=body)',
                             "tests/test_server_restart.py::"
                             "test_a_locked_server_database_is_polled_at_once_not_waited_out_in_the_clients_backoff"),
+    "sqlite-writes-queued": ("weightkeeper/prefectserver.py", 'SQLITE_BEGIN_MODE.set("IMMEDIATE")',
+                             'SQLITE_BEGIN_MODE.set("IMMEDIATE" if with_for_update else "DEFERRED")',
+                             "tests/test_prefectserver.py::"
+                             "test_concurrent_writes_wait_their_turn_instead_of_failing_with_a_locked_database"),
     "files-at-once": ("weightkeeper/download.py", "FILES_AT_ONCE = CONNECTIONS // 2", "FILES_AT_ONCE = 1000",
                       "tests/test_download.py::test_many_large_files_are_fetched_a_few_at_a_time"),
     "progress-is-for-show": ("tasks/download.py", "except Exception as e:  # noqa: BLE001 - progress is for show",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextvars
 import getpass
 import json
 import logging
@@ -54,7 +55,7 @@ def follow(registry: Registry, name: str, work: Callable[[], object]) -> Model |
         except BaseException as e:  # noqa: BLE001 - reported below
             outcome.append(e)
 
-    thread = threading.Thread(target=run, name=f"flow-{name}", daemon=True)
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(run,), name=f"flow-{name}", daemon=True)
     _quiet_prefect_console()
     thread.start()
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
@@ -93,16 +94,16 @@ def start_in_background(settings: Settings, flow: str, name: str) -> str:
     return str(log_path)
 
 
-def _run_flow(flow: str, name: str):
+def _run_flow(settings: Settings, flow: str, name: str):
+    from weightkeeper.prefectserver import prefect_api
     from weightkeeper.runs import run_here
 
     if flow == "ensure-model":
-        from flows.ensure_model import ensure_model
-
-        return run_here(ensure_model, name)
-    from flows.delete_model import delete_model
-
-    return run_here(delete_model, name)
+        from flows.ensure_model import ensure_model as run
+    else:
+        from flows.delete_model import delete_model as run
+    with prefect_api(settings.home):
+        return run_here(run, name)
 
 
 def _launch(args, settings: Settings, registry: Registry, flow: str, name: str) -> int:
@@ -111,7 +112,7 @@ def _launch(args, settings: Settings, registry: Registry, flow: str, name: str) 
         console.print(f"{flow} started for {name} in the background (log: {log}); "
                       f"follow it with `weightkeeper model get {name}`")
         return 0
-    model = follow(registry, name, lambda: _run_flow(flow, name))
+    model = follow(registry, name, lambda: _run_flow(settings, flow, name))
     if model is None:
         console.print(f"model {name} released: every file it put down is gone")
         return 0
@@ -216,19 +217,21 @@ def cmd_model_delete(args, settings: Settings) -> int:
 
 def cmd_run(args, settings: Settings) -> int:
     """Run one flow in this process (used by background launches)."""
-    _run_flow(args.flow, args.name)
+    _run_flow(settings, args.flow, args.name)
     return 0
 
 
 def cmd_reconcile(args, settings: Settings) -> int:
     """One reconcile pass here, or (with --every) a Prefect deployment served on that interval."""
     from flows.reconcile import reconcile
+    from weightkeeper.prefectserver import prefect_api
     from weightkeeper.runs import run_here
 
-    if args.every:
-        reconcile.serve(name="reconcile", interval=args.every)
-        return 0
-    outcomes = run_here(reconcile)
+    with prefect_api(settings.home):
+        if args.every:
+            reconcile.serve(name="reconcile", interval=args.every)
+            return 0
+        outcomes = run_here(reconcile)
     for path, outcome in sorted(outcomes.items()):
         console.print(f"{outcome:>14}  {path}")
     return 0
@@ -340,12 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-LEASE_STORAGE = "prefect.server.concurrency.lease_storage.filesystem"
-
-
 def main(argv: list[str] | None = None) -> int:
-    # Set before Prefect loads: an embedded server then keeps slot leases on disk, so a restart leaks none.
-    os.environ.setdefault("PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE", LEASE_STORAGE)
     args = build_parser().parse_args(argv)
     try:
         settings = load_settings(args.config)

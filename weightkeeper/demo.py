@@ -1,6 +1,7 @@
-"""`weightkeeper demo`: the whole lifecycle on the embedded default (SQLite, ephemeral Prefect server).
+"""`weightkeeper demo`: the whole lifecycle on the embedded default (SQLite, a Prefect server of its own).
 
-Creates two workspace volumes under a scratch directory, declares a model, waits for Ready,
+Starts a Prefect server (`weightkeeper.prefectserver`, unless `PREFECT_API_URL` names one), creates two
+workspace volumes under a scratch directory, declares a model, waits for Ready,
 shows its paths and sizes, deletes it, and shows that every file it put down is gone. Without
 a reachable Hugging Face Hub it serves the tiny model shipped in `weightkeeper/demo_model`
 through the project's own Hub test server, and says so.
@@ -49,6 +50,7 @@ def _write_config(scratch: Path, endpoint: str | None) -> Path:
 def run_demo(source: str | None = None, offline: bool = False) -> int:
     from flows.delete_model import delete_model
     from flows.ensure_model import ensure_model
+    from weightkeeper.prefectserver import prefect_api
     from weightkeeper.runs import run_here
 
     scratch = Path(tempfile.mkdtemp(prefix="weightkeeper-demo-"))
@@ -68,24 +70,26 @@ def run_demo(source: str | None = None, offline: bool = False) -> int:
         console.print(f"[bold]1. declare[/] model demo from {source} into every public workspace")
         declare_model(settings, registry, name="demo", source=source, owner_name=getpass.getuser(),
                       owner_uid=os.getuid())
-        console.print("[bold]2. ensure-model[/] (a Prefect flow; runs show in the Prefect UI)")
-        model = follow(registry, "demo", lambda: run_here(ensure_model, "demo"))
-        console.print(paths_table(model))
-        if model.phase != "Ready":
-            console.print(f"demo failed: {model.message}")
-            return 1
-        for p in model.local_paths:
-            files = sorted(str(f.relative_to(p.path)) for f in Path(p.path).rglob("*")
-                           if f.is_file() and ".cache" not in f.parts)
-            console.print(f"   {p.path}: {p.size_bytes} bytes in {', '.join(files)}")
-        console.print("[bold]3. delete-model[/]: stop downloads, clean each path, release")
-        follow(registry, "demo", lambda: run_here(delete_model, "demo"))
-        for p in model.local_paths:
-            console.print(f"   {p.path}: {'still there!' if os.path.lexists(p.path) else 'gone'}")
-        left = registry.list_models(include_deleting=True)
-        console.print(f"   registry: {len(left)} model(s) left")
-        ok = not left and not any(os.path.lexists(p.path) for p in model.local_paths)
-        console.print("demo complete" if ok else "demo FAILED: something was left behind")
+        with prefect_api(settings.home) as api:
+            console.print(f"[bold]2. ensure-model[/] (a Prefect flow; its runs show in the Prefect UI at "
+                          f"{api.removesuffix('/api')})")
+            model = follow(registry, "demo", lambda: run_here(ensure_model, "demo"))
+            console.print(paths_table(model))
+            if model.phase != "Ready":
+                console.print(f"demo failed: {model.message}")
+                return 1
+            for p in model.local_paths:
+                files = sorted(str(f.relative_to(p.path)) for f in Path(p.path).rglob("*")
+                               if f.is_file() and ".cache" not in f.parts)
+                console.print(f"   {p.path}: {p.size_bytes} bytes in {', '.join(files)}")
+            console.print("[bold]3. delete-model[/]: stop downloads, clean each path, release")
+            follow(registry, "demo", lambda: run_here(delete_model, "demo"))
+            for p in model.local_paths:
+                console.print(f"   {p.path}: {'still there!' if os.path.lexists(p.path) else 'gone'}")
+            left = registry.list_models(include_deleting=True)
+            console.print(f"   registry: {len(left)} model(s) left")
+            ok = not left and not any(os.path.lexists(p.path) for p in model.local_paths)
+            console.print("demo complete" if ok else "demo FAILED: something was left behind")
         return 0 if ok else 1
     finally:
         if server:
