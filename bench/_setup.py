@@ -7,16 +7,16 @@ because the script's directory is on `sys.path`.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from weightkeeper.prefectserver import free_port, healthy, spawn, stop
 
 MIB = 1 << 20
 ENV = {
@@ -35,21 +35,16 @@ def prepare_environment(root: Path) -> subprocess.Popen:
     os.environ.update(ENV, HF_HOME=str(root / "hf-home"), PREFECT_HOME=str(root / "prefect-home"))
     os.environ.pop("HF_TOKEN", None)
     (root / "prefect-home").mkdir(parents=True, exist_ok=True)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    server = subprocess.Popen([sys.executable, "-m", "weightkeeper.prefectserver", "--host", "127.0.0.1", "--port",
-                               str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    atexit.register(lambda: (server.terminate(), server.wait(20)))
+    server = spawn(["weightkeeper.prefectserver", "--host", "127.0.0.1", "--port", str(port)],
+                   root / "prefect-server.log", env)
+    atexit.register(stop, server)
     os.environ["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"
-    import httpx
-
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200:
-                return server
+        if healthy(os.environ["PREFECT_API_URL"]):
+            return server
         time.sleep(0.5)
     raise RuntimeError("the Prefect server did not start in 120 s")
 

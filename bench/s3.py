@@ -79,7 +79,6 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="wk-bench-s3-"))
     prepare_environment(root)
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     from weightkeeper.config import S3Settings
     from weightkeeper.s3 import fill_from_s3, make_client, stage_snapshot
 

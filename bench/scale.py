@@ -10,15 +10,15 @@ them), then run by `--concurrency` worker processes, one run at a time each: a p
 that limit, started before the clock (its process start per run is not counted), each run in a
 process of its own rather than sharing one interpreter with the others. 16, 4x the download limit,
 keeps runs queued on a slot so that their orchestration overlaps the downloads; more only loads the
-2 cores here. (All 100 runs at once in threads, each creating its flow run, made the Prefect
-server's SQLite answer 503, "database is locked", to 43 flow-run creations past the client's 5
-retries.) On SQLite, slot acquisitions still collide with other writes and are answered 503: the
-Prefect client's backoff (2 to 32 s) then leaves slots idle; the retries are counted.
+2 cores here. The Prefect client's retries (503 answers) are counted.
 
-The Prefect server is a process of its own, on SQLite (the default) or on a database of its own in
-the PostgreSQL at 127.0.0.1:5432, dropped at the end. The Hub server runs in this process to time each
-repository's requests and to count the downloads with bytes flowing; each worker notes when it held
-a download slot. The ideal is total bytes / throughput, the throughput being that of `curl
+The Prefect server is `weightkeeper.prefectserver` in a process of its own, as `weightkeeper serve`
+runs it, on SQLite (the default) or on a database of its own in the PostgreSQL at 127.0.0.1:5432,
+dropped at the end. (Prefect's stock server, whose SQLite answers concurrent writes 503, "database is
+locked", took 106 s here against 60 to 66 s, and 43 of 100 flow-run creations failed past the
+client's 5 retries when all 100 runs started at once in threads.) The Hub server runs in this
+process to time each repository's requests and to count the downloads with bytes flowing; each
+worker notes when it held a download slot. The ideal is total bytes / throughput, the throughput being that of `curl
 --parallel` fetching the same files from the same server. Exits 1 unless every model is Ready.
 """
 

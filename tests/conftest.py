@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,16 +18,12 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from weightkeeper.prefectserver import free_port, healthy, spawn, stop
+
 SESSION_DIR = Path(tempfile.mkdtemp(prefix="wk-tests-"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-PREFECT_PORT = _free_port()
+PREFECT_PORT = free_port()
 os.environ.update({
     "HF_HUB_DISABLE_TELEMETRY": "1",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
@@ -55,34 +50,17 @@ def start_prefect_server(port: int, home: Path, database_url: str | None = None)
     if database_url:
         env["PREFECT_API_DATABASE_CONNECTION_URL"] = database_url
     env.pop("PREFECT_API_URL", None)
-    log = open(home.parent / f"prefect-server-{port}.log", "ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "weightkeeper.prefectserver", "--host", "127.0.0.1", "--port", str(port)],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    import httpx
-
+    log = home.parent / f"prefect-server-{port}.log"
+    proc = spawn(["weightkeeper.prefectserver", "--host", "127.0.0.1", "--port", str(port)], log, env)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"Prefect server exited with {proc.returncode}; see {log.name}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
+            raise RuntimeError(f"Prefect server exited with {proc.returncode}; see {log}")
+        if healthy(f"http://127.0.0.1:{port}/api"):
+            return proc
         time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError(f"Prefect server did not start in 90 s; see {log.name}")
-
-
-def stop_process(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, 15)
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        proc.wait()
+    stop(proc)
+    raise RuntimeError(f"Prefect server did not start in 90 s; see {log}")
 
 
 SESSION_SERVER: dict[str, subprocess.Popen] = {}
@@ -96,7 +74,7 @@ def stop_session_server(crash: bool = False) -> None:
             os.killpg(proc.pid, 9)
         proc.wait()
     else:
-        stop_process(proc)
+        stop(proc)
 
 
 def start_session_server() -> None:
@@ -114,7 +92,7 @@ def prefect_server():
     from prefect.logging.handlers import APILogHandler
 
     APILogHandler().flush()
-    stop_process(SESSION_SERVER["proc"])  # a test that restarted the server left its new process here
+    stop(SESSION_SERVER["proc"])  # a test that restarted the server left its new process here
     shutil.rmtree(SESSION_DIR, ignore_errors=True)
 
 
@@ -306,7 +284,7 @@ def s3_server():
 
     from s3proxy import S3Proxy
 
-    port = _free_port()
+    port = free_port()
     log = open(SESSION_DIR / "s3-server.log", "ab")
     proc = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -325,7 +303,7 @@ def s3_server():
     proxy = S3Proxy(url).start()
     yield client, proxy
     proxy.stop()
-    stop_process(proc)
+    stop(proc)
 
 
 @dataclass

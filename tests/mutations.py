@@ -94,6 +94,11 @@ MUTATIONS = {
                              'SQLITE_BEGIN_MODE.set("IMMEDIATE" if with_for_update else "DEFERRED")',
                              "tests/test_prefectserver.py::"
                              "test_concurrent_writes_wait_their_turn_instead_of_failing_with_a_locked_database"),
+    "server-exits-with-parent": ("weightkeeper/prefectserver.py", "        exit_with_parent(int(parent))", "        pass",
+                                 "tests/test_prefectserver.py::"
+                                 "test_the_server_stops_when_the_process_that_started_it_is_killed"),
+    "server-port-in-use": ("weightkeeper/prefectserver.py", "    if port and not port_free(port):", "    if False:",
+                           "tests/test_prefectserver.py::test_a_port_in_use_is_refused_not_joined"),
     "files-at-once": ("weightkeeper/download.py", "FILES_AT_ONCE = CONNECTIONS // 2", "FILES_AT_ONCE = 1000",
                       "tests/test_download.py::test_many_large_files_are_fetched_a_few_at_a_time"),
     "progress-is-for-show": ("tasks/download.py", "except Exception as e:  # noqa: BLE001 - progress is for show",

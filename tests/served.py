@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +17,8 @@ from pathlib import Path
 import httpx
 
 from conftest import SESSION_DIR, Env, write_config
+
+from weightkeeper.prefectserver import free_port
 
 TOKENS = {"alice": "alice-token", "bob": "bob-token", "root": "root-token"}
 POOL, POOL_B = "wk-test", "wk-test-b"
@@ -87,12 +88,6 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def served_weightkeeper(root: Path, hub, registry_url: str | None):
     import uvicorn
@@ -118,7 +113,7 @@ def served_weightkeeper(root: Path, hub, registry_url: str | None):
     os.environ["WEIGHTKEEPER_CONFIG"] = str(env.config)
     settings = load_settings(env.config)
     apply_deployments(settings)
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

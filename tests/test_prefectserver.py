@@ -1,11 +1,13 @@
 """The Prefect server weightkeeper starts (`weightkeeper.prefectserver`): concurrent writes wait their turn on
-SQLite instead of failing, and the embedded default (`weightkeeper demo`, no `PREFECT_API_URL`) starts one,
-runs the whole lifecycle against it and stops it."""
+SQLite instead of failing; the embedded default (`weightkeeper demo`, no `PREFECT_API_URL`) starts one, runs
+the whole lifecycle against it and stops it; it never outlives the process that started it."""
 
 from __future__ import annotations
 
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -13,6 +15,15 @@ from collections import Counter
 
 import httpx
 import pytest
+from served import wait_until
+
+from weightkeeper.errors import WeightkeeperError
+from weightkeeper.prefectserver import free_port, healthy, prefect_api
+
+
+def without_prefect_api_url(tmp_path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "WEIGHTKEEPER_CONFIG")}
+    return dict(env, PREFECT_HOME=str(tmp_path / "prefect-home"), TMPDIR=str(tmp_path), COLUMNS="200")
 
 
 def test_concurrent_writes_wait_their_turn_instead_of_failing_with_a_locked_database():
@@ -20,35 +31,68 @@ def test_concurrent_writes_wait_their_turn_instead_of_failing_with_a_locked_data
     stock SQLite transactions answer some of these with 503 ("database is locked"); this server answers all."""
     api = os.environ["PREFECT_API_URL"]
     flow = httpx.post(f"{api}/flows/", json={"name": "write-contention"}, timeout=30).json()["id"]
-    codes: Counter[int] = Counter()
+    codes: list[int] = []
 
     def client() -> None:
         with httpx.Client(base_url=api, timeout=60) as c:
             for _ in range(5):
                 run = c.post("/flow_runs/", json={"flow_id": flow, "state": {"type": "PENDING"}})
-                codes[run.status_code] += 1
+                codes.append(run.status_code)
                 for state in ("RUNNING", "COMPLETED") if run.status_code == 201 else ():
-                    codes[c.post(f"/flow_runs/{run.json()['id']}/set_state",
-                                 json={"state": {"type": state}}).status_code] += 1
+                    codes.append(c.post(f"/flow_runs/{run.json()['id']}/set_state",
+                                        json={"state": {"type": state}}).status_code)
 
     threads = [threading.Thread(target=client) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert codes == {201: 8 * 5 * 3}
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        httpx.delete(f"{api}/flows/{flow}", timeout=30)  # and its runs: other tests read recent runs
+    assert Counter(codes) == {201: 8 * 5 * 3}
 
 
 def test_the_demo_starts_its_own_prefect_server_runs_the_lifecycle_and_stops_it(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "WEIGHTKEEPER_CONFIG")}
-    env.update(PREFECT_HOME=str(tmp_path / "prefect-home"), TMPDIR=str(tmp_path), COLUMNS="200")
-    demo = subprocess.run([sys.executable, "-m", "weightkeeper.cli", "demo", "--offline"], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=240)
+    demo = subprocess.run([sys.executable, "-m", "weightkeeper.cli", "demo", "--offline"], cwd=tmp_path,
+                          env=without_prefect_api_url(tmp_path), capture_output=True, text=True, timeout=240)
     out = demo.stdout + demo.stderr
     assert demo.returncode == 0, out
     assert "demo complete" in out and "registry: 0 model(s) left" in out
     assert "Error logging to API" not in out  # run logs were sent before the server stopped
-    ui = re.search(r"Prefect UI at (http://127\.0\.0\.1:\d+)", out).group(1)
     assert (tmp_path / "prefect-home" / "prefect.db").exists()  # the runs were recorded in a server of its own
+    ui = re.search(r"Prefect UI at (http://127\.0\.0\.1:\d+)", out)
+    assert ui, out
     with pytest.raises(httpx.ConnectError):  # stopped with the demo
-        httpx.get(f"{ui}/api/health", timeout=2)
+        httpx.get(f"{ui.group(1)}/api/health", timeout=2)
+
+
+def test_the_server_stops_when_the_process_that_started_it_is_killed(tmp_path):
+    port = free_port()
+    starter = subprocess.Popen(
+        [sys.executable, "-c", "import pathlib, sys, time; from weightkeeper.prefectserver import prefect_api\n"
+         f"with prefect_api(pathlib.Path({str(tmp_path)!r}), {port}):\n    print('up', flush=True); time.sleep(600)"],
+        env=without_prefect_api_url(tmp_path), stdout=subprocess.PIPE, text=True)
+    try:
+        assert starter.stdout.readline() == "up\n"
+        assert healthy(f"http://127.0.0.1:{port}/api")
+    finally:
+        starter.send_signal(signal.SIGKILL)  # no `finally`, no atexit
+        starter.wait()
+    try:
+        wait_until(lambda: not healthy(f"http://127.0.0.1:{port}/api"), 30, "the orphaned server to stop")
+    finally:  # a failure leaves no server behind
+        subprocess.run(["pkill", "-f", f"weightkeeper.prefectserver --host 127.0.0.1 --port {port}"])
+
+
+def test_a_port_in_use_is_refused_not_joined(tmp_path):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with socket.socket() as taken, temporary_settings(restore_defaults={PREFECT_API_URL}):
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(WeightkeeperError, match=f"port {port} is in use: to use the Prefect server there, set "
+                                                    "PREFECT_API_URL"):
+            with prefect_api(tmp_path, port):
+                pass

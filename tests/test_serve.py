@@ -9,8 +9,10 @@ import subprocess
 import sys
 
 import httpx
-from conftest import _free_port, write_config
+from conftest import write_config
 from served import wait_until
+
+from weightkeeper.prefectserver import free_port
 
 
 def status(url: str) -> int | None:
@@ -29,7 +31,7 @@ def test_serve_sets_everything_up_and_stops_cleanly(wk):
 
     workspaces = [{**ws, "work_pool": f"serve-{ws['name']}"} for ws in wk._workspaces]
     write_config(wk, workspaces=workspaces, work_pool="serve-control", max_concurrent_downloads=3)
-    port = _free_port()
+    port = free_port()
     serve = subprocess.Popen([sys.executable, "-m", "weightkeeper.cli", "serve", "--api-port", str(port)],
                              env=dict(os.environ, WEIGHTKEEPER_CONFIG=str(wk.config)), stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, start_new_session=True)

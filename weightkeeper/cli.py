@@ -21,6 +21,7 @@ from rich.table import Table
 from weightkeeper.config import Settings, load_settings
 from weightkeeper.errors import ConflictError, InvalidInputError, NotFoundError, WeightkeeperError
 from weightkeeper.planning import workspace_usage
+from weightkeeper.prefectserver import prefect_api
 from weightkeeper.registry import Model, Registry
 from weightkeeper.registry.common import DELETING, READY
 from weightkeeper.service import declare_model, move_model, registry_for
@@ -94,16 +95,14 @@ def start_in_background(settings: Settings, flow: str, name: str) -> str:
     return str(log_path)
 
 
-def _run_flow(settings: Settings, flow: str, name: str):
-    from weightkeeper.prefectserver import prefect_api
+def _run_flow(flow: str, name: str):
     from weightkeeper.runs import run_here
 
     if flow == "ensure-model":
         from flows.ensure_model import ensure_model as run
     else:
         from flows.delete_model import delete_model as run
-    with prefect_api(settings.home):
-        return run_here(run, name)
+    return run_here(run, name)
 
 
 def _launch(args, settings: Settings, registry: Registry, flow: str, name: str) -> int:
@@ -112,7 +111,8 @@ def _launch(args, settings: Settings, registry: Registry, flow: str, name: str) 
         console.print(f"{flow} started for {name} in the background (log: {log}); "
                       f"follow it with `weightkeeper model get {name}`")
         return 0
-    model = follow(registry, name, lambda: _run_flow(settings, flow, name))
+    with prefect_api(settings.home):
+        model = follow(registry, name, lambda: _run_flow(flow, name))
     if model is None:
         console.print(f"model {name} released: every file it put down is gone")
         return 0
@@ -217,14 +217,14 @@ def cmd_model_delete(args, settings: Settings) -> int:
 
 def cmd_run(args, settings: Settings) -> int:
     """Run one flow in this process (used by background launches)."""
-    _run_flow(settings, args.flow, args.name)
+    with prefect_api(settings.home):
+        _run_flow(args.flow, args.name)
     return 0
 
 
 def cmd_reconcile(args, settings: Settings) -> int:
     """One reconcile pass here, or (with --every) a Prefect deployment served on that interval."""
     from flows.reconcile import reconcile
-    from weightkeeper.prefectserver import prefect_api
     from weightkeeper.runs import run_here
 
     with prefect_api(settings.home):

@@ -19,6 +19,7 @@ import httpx
 from weightkeeper.cli import paths_table, console, follow
 from weightkeeper.config import load_settings
 from weightkeeper.hubserver import HubServer
+from weightkeeper.prefectserver import prefect_api
 from weightkeeper.service import declare_model, registry_for
 
 ONLINE_SOURCE = "hf://hf-internal-testing/tiny-random-gpt2"
@@ -50,7 +51,6 @@ def _write_config(scratch: Path, endpoint: str | None) -> Path:
 def run_demo(source: str | None = None, offline: bool = False) -> int:
     from flows.delete_model import delete_model
     from flows.ensure_model import ensure_model
-    from weightkeeper.prefectserver import prefect_api
     from weightkeeper.runs import run_here
 
     scratch = Path(tempfile.mkdtemp(prefix="weightkeeper-demo-"))

@@ -1,14 +1,13 @@
 """The Prefect server weightkeeper starts: Prefect's own, with its SQLite writes queued instead of refused.
 
-    python -m weightkeeper.prefectserver [options of `prefect server start`, but --background, --workers]
+    python -m weightkeeper.prefectserver [options of `prefect server start` but --background]
 
 Prefect's server opens its SQLite write transactions DEFERRED: one that has read and then meets
-another connection's write fails at once with "database is locked" (SQLite's busy timeout cannot
-help a stale read snapshot). Prefect answers that with a 503, and its client sleeps 2 s before
-trying again; on this machine that stalled 8 of 20 tiny model creations by 2 s. Run here, write
-transactions begin IMMEDIATE: they take the write lock first, so a second writer waits its turn
-under the busy timeout. PostgreSQL is unaffected. The server also keeps concurrency-slot leases on
-disk (unless `PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE` says otherwise), so a restart leaks no slot.
+another connection's write fails at once with "database is locked" (the busy timeout cannot help a
+stale read snapshot), answered 503, and Prefect's client sleeps 2 s. Here they begin IMMEDIATE: they
+take the write lock first, so a second writer waits its turn under the busy timeout. PostgreSQL is
+unaffected. Concurrency-slot leases are kept on disk (unless `PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE`
+says otherwise), so a restart leaks no slot.
 """
 
 from __future__ import annotations
@@ -17,9 +16,11 @@ import atexit
 import contextlib
 import functools
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -30,7 +31,7 @@ from weightkeeper.errors import WeightkeeperError
 
 LEASE_STORAGE = "prefect.server.concurrency.lease_storage.filesystem"
 START_SECONDS = 90
-OTHER_PROCESSES = {"--background", "-b", "--workers"}  # options that would run the server without the patch
+PARENT_ENV = "WEIGHTKEEPER_PREFECT_SERVER_PARENT"  # set by `prefect_api`: the server exits when that process is gone
 
 
 def queue_sqlite_writes() -> None:
@@ -49,10 +50,23 @@ def queue_sqlite_writes() -> None:
     configurations.AioSqliteConfiguration.begin_transaction = begin_transaction
 
 
+def exit_with_parent(parent: int) -> None:
+    """SIGTERM this process (uvicorn shuts down) once `parent` is no longer its parent: killed, it runs no
+    `finally`, and a server in a session of its own gets no hang-up from the terminal either."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def main() -> None:
-    if OTHER_PROCESSES & {arg.split("=")[0] for arg in sys.argv[1:]}:
-        sys.exit("weightkeeper.prefectserver runs Prefect's server in this process: no --background or --workers")
+    if {"--background", "-b"} & set(sys.argv[1:]):
+        sys.exit("weightkeeper.prefectserver runs Prefect's server in this process: no --background")
     os.environ.setdefault("PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE", LEASE_STORAGE)
+    if parent := os.environ.pop(PARENT_ENV, None):
+        exit_with_parent(int(parent))
     queue_sqlite_writes()
     from prefect.cli import app
 
@@ -73,6 +87,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 def spawn(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
     """`python -m <args>` in a session of its own, its output appended to `log`."""
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -86,19 +110,19 @@ def stop(proc: subprocess.Popen) -> None:
     if proc.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, 15)
+        os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(20)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
 
 
 @contextlib.contextmanager
 def prefect_api(home: Path, port: int | None = None) -> Iterator[str]:
     """The Prefect API URL, in effect for this context: `PREFECT_API_URL` if set, else a server started here
-    (on `port`, or a free one; its log in `home/logs/prefect-server.log`) and stopped at exit. It replaces
-    Prefect's ephemeral server, which would run with Prefect's stock SQLite transactions."""
+    (on `port`, or a free one; its log in `home/logs/prefect-server.log`) and stopped at exit, or when this
+    process dies. It replaces Prefect's ephemeral server, which would run Prefect's stock SQLite transactions."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     if url := PREFECT_API_URL.value():
@@ -106,12 +130,16 @@ def prefect_api(home: Path, port: int | None = None) -> Iterator[str]:
             raise WeightkeeperError(f"the Prefect server at {url} (PREFECT_API_URL) does not answer")
         yield url
         return
+    if port and not port_free(port):
+        raise WeightkeeperError(f"port {port} is in use: to use the Prefect server there, set PREFECT_API_URL; "
+                                f"else pick another port")
     port = port or free_port()
     url = f"http://127.0.0.1:{port}/api"
     log = home / "logs" / "prefect-server.log"
-    server = spawn(["weightkeeper.prefectserver", "--host", "127.0.0.1", "--port", str(port)], log, dict(os.environ))
+    server = spawn(["weightkeeper.prefectserver", "--host", "127.0.0.1", "--port", str(port)], log,
+                   dict(os.environ, **{PARENT_ENV: str(os.getpid())}))
     stop_server = functools.partial(stop, server)
-    atexit.register(stop_server)  # also when this context is left in a thread that an interrupt abandons
+    atexit.register(stop_server)  # also when an interrupt abandons a thread that is still inside this context
     try:
         deadline = time.monotonic() + START_SECONDS
         while not healthy(url):
