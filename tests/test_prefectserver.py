@@ -96,3 +96,14 @@ def test_a_port_in_use_is_refused_not_joined(tmp_path):
                                                     "PREFECT_API_URL"):
             with prefect_api(tmp_path, port):
                 pass
+
+
+def test_a_prefect_api_url_that_does_not_answer_is_reported(tmp_path):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    url = f"http://127.0.0.1:{free_port()}/api"
+    with temporary_settings({PREFECT_API_URL: url}):
+        with pytest.raises(WeightkeeperError, match=re.escape(f"the Prefect server at {url} (PREFECT_API_URL) "
+                                                              "does not answer")):
+            with prefect_api(tmp_path):
+                pass
