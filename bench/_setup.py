@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from weightkeeper.prefectserver import free_port, healthy, spawn, stop
+from weightkeeper.prefectserver import free_port, start_server, stop
 
 MIB = 1 << 20
 ENV = {
@@ -37,16 +37,10 @@ def prepare_environment(root: Path) -> subprocess.Popen:
     (root / "prefect-home").mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    server = spawn(["weightkeeper.prefectserver", "--host", "127.0.0.1", "--port", str(port)],
-                   root / "prefect-server.log", env)
+    server = start_server(port, root / "prefect-server.log", env)
     atexit.register(stop, server)
     os.environ["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if healthy(os.environ["PREFECT_API_URL"]):
-            return server
-        time.sleep(0.5)
-    raise RuntimeError("the Prefect server did not start in 120 s")
+    return server
 
 
 def postgres_database(driver: str) -> str:

@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from weightkeeper.prefectserver import free_port, healthy, spawn, stop
+from weightkeeper.prefectserver import free_port, start_server, stop
 
 SESSION_DIR = Path(tempfile.mkdtemp(prefix="wk-tests-"))
 
@@ -50,17 +50,7 @@ def start_prefect_server(port: int, home: Path, database_url: str | None = None)
     if database_url:
         env["PREFECT_API_DATABASE_CONNECTION_URL"] = database_url
     env.pop("PREFECT_API_URL", None)
-    log = home.parent / f"prefect-server-{port}.log"
-    proc = spawn(["weightkeeper.prefectserver", "--host", "127.0.0.1", "--port", str(port)], log, env)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"Prefect server exited with {proc.returncode}; see {log}")
-        if healthy(f"http://127.0.0.1:{port}/api"):
-            return proc
-        time.sleep(0.5)
-    stop(proc)
-    raise RuntimeError(f"Prefect server did not start in 90 s; see {log}")
+    return start_server(port, home.parent / f"prefect-server-{port}.log", env)
 
 
 SESSION_SERVER: dict[str, subprocess.Popen] = {}

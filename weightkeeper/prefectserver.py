@@ -118,6 +118,22 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+def start_server(port: int, log: Path, env: dict[str, str]) -> subprocess.Popen:
+    """`python -m weightkeeper.prefectserver` on 127.0.0.1:`port`, returned once it answers; stopped again if it
+    does not start within START_SECONDS or the wait is interrupted."""
+    server = spawn(["weightkeeper.prefectserver", "--host", "127.0.0.1", "--port", str(port)], log, env)
+    try:
+        deadline = time.monotonic() + START_SECONDS
+        while not healthy(f"http://127.0.0.1:{port}/api"):
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise WeightkeeperError(f"the Prefect server did not start; see {log}")
+            time.sleep(0.2)
+    except BaseException:
+        stop(server)
+        raise
+    return server
+
+
 @contextlib.contextmanager
 def prefect_api(home: Path, port: int | None = None) -> Iterator[str]:
     """The Prefect API URL, in effect for this context: `PREFECT_API_URL` if set, else a server started here
@@ -137,17 +153,11 @@ def prefect_api(home: Path, port: int | None = None) -> Iterator[str]:
                                 f"else pick another port")
     port = port or free_port()
     url = f"http://127.0.0.1:{port}/api"
-    log = home / "logs" / "prefect-server.log"
-    server = spawn(["weightkeeper.prefectserver", "--host", "127.0.0.1", "--port", str(port)], log,
-                   dict(os.environ, **{PARENT_ENV: str(os.getpid())}))
+    server = start_server(port, home / "logs" / "prefect-server.log",
+                          dict(os.environ, **{PARENT_ENV: str(os.getpid())}))
     stop_server = functools.partial(stop, server)
     atexit.register(stop_server)  # also when an interrupt abandons a thread that is still inside this context
     try:
-        deadline = time.monotonic() + START_SECONDS
-        while not healthy(url):
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise WeightkeeperError(f"the Prefect server did not start; see {log}")
-            time.sleep(0.2)
         with temporary_settings({PREFECT_API_URL: url}):
             try:
                 yield url
