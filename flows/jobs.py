@@ -34,7 +34,7 @@ def workspace_job_variables(settings: Settings, model: Model, workspace: str) ->
     ws = settings.workspace(workspace)
     if ws is None or ws.kubernetes is None:
         return None
-    return job_variables(ws.kubernetes, ws.volume, model=model.name, owner_name=model.owner_name,
+    return job_variables(ws.kubernetes, model=model.name, owner_name=model.owner_name,
                          owner_uid=model.owner_uid, needs_token=bool(model.token_block))
 
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from prefect import get_run_logger, task
 from prefect.client.orchestration import get_client
@@ -17,9 +15,11 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
 from prefect.states import Cancelled, Cancelling
 
 from tasks.download import path_holder
-from weightkeeper.errors import CleanupError, DownloadError, UnsafePathError
+from tasks.stage import SCRATCH
+from weightkeeper.errors import CleanupError, DownloadError, NotOursError, UnsafePathError
 from weightkeeper.events import emit_phase
-from weightkeeper.fsops import remove_model_files, remove_model_path
+from weightkeeper.anchored import open_path, remove_under
+from weightkeeper.fsops import LEGACY, remove_model_files, remove_model_path
 from weightkeeper.config import DOWNLOAD_FLOW, Settings, job_run_name
 from weightkeeper.guard import check_removable, check_staged_prefix
 from weightkeeper.pods import live_pods
@@ -27,7 +27,7 @@ from weightkeeper.registry import Holder, Model
 from weightkeeper.registry.common import CLEANING, process_start_time, utcnow
 from weightkeeper.runtime import runtime
 from weightkeeper.s3 import delete_prefix
-from weightkeeper.sharing import file_lock, links_into, lock_path, unmark_ready
+from weightkeeper.sharing import file_lock, links_into, unmark_ready
 from weightkeeper.sources import s3_client
 
 STOP_POLL_SECONDS = 1.0
@@ -154,14 +154,20 @@ def clean_path(name: str, path_id: int) -> str:
             logger.info("%s: %s is also used by live model %r; files kept", name, entry.path, other)
             return "kept"
         check_removable(entry.path, settings.volume_rules)
-        if entry.adopted:  # it held others' files first: take away only what weightkeeper put there
+        if entry.adopted and entry.made == LEGACY:  # it held others' files first: take away only what weightkeeper put there
             files = [f["path"] for f in registry.get_model(name).files or []]
             left = remove_model_files(entry.path, files, settings.volume_rules)
             registry.remove_path(name, path_id)
             logger.info("%s: removed its files from %s; %d entries that were there before are kept",
                         name, entry.path, left)
             return "removed-own-files"
-        removed = remove_model_path(entry.path, settings.volume_rules)
+        try:
+            removed = remove_model_path(entry.path, settings.volume_rules, made=entry.made)
+        except NotOursError as e:
+            registry.remove_path(name, path_id)
+            registry.set_message(name, str(e))
+            logger.warning("%s: %s", name, e)
+            return "not-ours"
         registry.remove_path(name, path_id)
         logger.info("%s: %s %s", name, entry.path, "removed" if removed else "was already gone")
         return "removed"
@@ -191,7 +197,7 @@ def remove_staged_snapshot(name: str) -> str:
         registry.clear_staging(name)
         logger.info("%s: staged copy %s is also used by live model %r; kept", name, uri, other)
         return "kept"
-    shutil.rmtree(settings.home / "staging" / name, ignore_errors=True)  # this host's leftovers of a staging run
+    remove_under(settings.home, f"{SCRATCH}/{name}")  # this host's leftovers of a staging run
     try:
         if settings.s3 is None:
             raise CleanupError("S3 is no longer configured: restore the [s3] table so the staged copy can be removed")
@@ -237,14 +243,15 @@ def collect_shared_copy(artifact_id: int) -> str:
         raise CleanupError(f"another process holds the lock on {artifact.path}")
 
     try:
-        with file_lock(lock_path(artifact.path), on_wait=busy):
-            links = links_into(str(Path(artifact.path).parents[2]), artifact.path)
+        with file_lock(artifact.path, settings.volume_rules, on_wait=busy):
+            links = links_into(artifact.path, settings.volume_rules)
             if registry.get_artifact(artifact_id).users or links:
                 registry.set_artifact(artifact_id, holder, artifact.state, f"kept: linked from {', '.join(links)}"
                                       if links else "kept: in use", release=True)
                 logger.info("shared copy %s kept: %s", artifact.path, ", ".join(links) or "in use")
                 return "linked"
-            unmark_ready(artifact.path)
+            with open_path(artifact.path, settings.volume_rules, artifact=True) as copy:
+                unmark_ready(copy)
             remove_model_path(artifact.path, settings.volume_rules, artifact=True)
             if not registry.delete_artifact(artifact_id):
                 raise CleanupError(f"a model linked to {artifact.path} while it was being collected")

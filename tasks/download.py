@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,13 +21,14 @@ from tasks.snapshot import retry_transient
 from weightkeeper.config import Settings
 from weightkeeper.download import Snapshot, in_place
 from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError, UnsafePathError
-from weightkeeper.fsops import check_writable, directory_size
+from weightkeeper.anchored import Dir, open_parent, open_path
+from weightkeeper.fsops import LINK, check_writable, directory_size, own_directory, path_size
 from weightkeeper.layout import REUSE_IF_EXISTS, artifact_path, link_target, sharing_problem
 from weightkeeper.registry import Holder, LocalPath, Model, Registry
 from weightkeeper.registry.artifacts import A_DOWNLOADING, A_PENDING, A_READY
 from weightkeeper.registry.common import DOWNLOADING, FAILED, PENDING, READY, WAITING
 from weightkeeper.runtime import download_slot, runtime
-from weightkeeper.sharing import adoption_problem, discard, file_lock, is_ready, lock_path, make_link, mark_ready
+from weightkeeper.sharing import discard, file_lock, is_ready, mark_ready
 from weightkeeper.sources import fetch_model_files, s3_uri
 from weightkeeper.space import check_free_space
 from weightkeeper.verify import verify_copy
@@ -45,21 +47,23 @@ def _entry(registry: Registry, name: str, path_id: int) -> LocalPath:
     return next(p for p in registry.get_model(name).local_paths if p.id == path_id)
 
 
-def _missing(snapshot: Snapshot, target: Path) -> list[str]:
+def _missing(snapshot: Snapshot, target: Dir) -> list[str]:
     return [f.path for f in snapshot.files if not in_place(target, f)]
 
 
-def _claim(registry: Registry, name: str, entry: LocalPath, holder: Holder, lease: float,
-           occupied: bool = False) -> None:
-    """Wait until this run holds the path; fail the entry if another live model owns the directory."""
+def _claim(registry: Registry, name: str, entry: LocalPath, holder: Holder, lease: float) -> None:
+    """Wait until this run holds the path; fail the entry if another live model owns the directory or its
+    path nests with another model's."""
     while True:
-        claim = registry.claim_download(name, entry.id, holder, lease, occupied)
+        claim = registry.claim_download(name, entry.id, holder, lease)
         if claim.ok:
             return
         if claim.outcome == "deleting":
             raise DownloadCancelled(f"model {name!r} is being deleted")
-        if claim.outcome == "taken":
-            message = f"{entry.path} is already owned by live model {claim.other!r}; this entry is not downloaded"
+        if claim.outcome in ("taken", "nested"):
+            message = (f"{entry.path} is already owned by live model {claim.other!r}" if claim.outcome == "taken" else
+                       f"{entry.path} nests with {claim.other}'s path (one is inside the other)")
+            message += "; this entry is not downloaded"
             registry.finish_path(name, entry.id, None, FAILED, message)
             raise DownloadError(message, permanent=True)
         if claim.outcome == "wait":
@@ -146,7 +150,7 @@ class Reporter:
             get_run_logger().warning("%s: could not show progress of %s: %s", self.name, self.entry.path, e)
 
 
-def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: Snapshot, target: Path,
+def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: Snapshot, target: Dir,
                reporter: Reporter) -> int:
     """Fetch what is missing in `target`, holding a download slot while bytes flow; returns bytes fetched."""
     logger = get_run_logger()
@@ -171,56 +175,82 @@ def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: S
     return fetched
 
 
-def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry: LocalPath,
-                     snapshot: Snapshot, reporter: Reporter) -> None:
-    """Link the entry's path to the verified shared copy of the snapshot on its volume, downloading
-    the copy first if needed. Everything happens under the copy's lease (registry) and file lock
-    (volume), so exactly one run downloads it and garbage collection never races a new link."""
+def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry: LocalPath, holder: Holder,
+                     parent: Dir, name: str, snapshot: Snapshot, reporter: Reporter) -> None:
+    """Link the entry's path (`name` in `parent`) to the verified shared copy of the snapshot on its volume,
+    downloading the copy first if needed. Everything happens under the copy's lease (registry) and file
+    lock (volume), so exactly one run downloads it and garbage collection never races a new link."""
     ws = settings.workspace(entry.workspace)
+    volumes = settings.volume_rules
     path = artifact_path(ws.volume, snapshot.repo_id, snapshot.commit, ws.models_dir)
-    check_writable(path, settings.volume_rules, artifact=True)
+    check_writable(path, volumes, artifact=True)
     files = [f.to_json() for f in snapshot.files]
     while True:
         artifact = registry.artifact_for(snapshot.repo_id, snapshot.commit, entry.cluster, ws.volume, path, files)
-        holder = Holder.here(f"artifact/{flow_run.id or 'local'}/{artifact.id}")
+        copy_holder = Holder.here(f"artifact/{flow_run.id or 'local'}/{artifact.id}")
         try:
-            if registry.claim_artifact(artifact.id, holder, settings.lease_seconds):
+            if registry.claim_artifact(artifact.id, copy_holder, settings.lease_seconds):
                 break
         except NotFoundError:  # collected meanwhile: record it again
             continue
         reporter.beat(message=f"Waiting for run {artifact.holder} working on the shared copy {path}", force=True)
         time.sleep(WAIT_POLL_SECONDS)
     registry.link_path(model.name, entry.id, artifact.id)  # a user from now on: never collected under us
-    message = "download interrupted"
+    message, ready = "download interrupted", False
     try:
-        reporter.also = lambda: registry.heartbeat_artifact(artifact.id, holder)
-        with file_lock(lock_path(path), on_wait=lambda: reporter.beat(
+        reporter.also = lambda: registry.heartbeat_artifact(artifact.id, copy_holder)
+        with file_lock(path, volumes, on_wait=lambda: reporter.beat(
                 message=f"Waiting for the lock on the shared copy {path}", force=True)):
-            if not is_ready(path, snapshot.commit):
-                registry.set_artifact(artifact.id, holder, A_DOWNLOADING, f"downloading for model {model.name!r}")
-                fetch_into(settings, registry, model, snapshot, Path(path), reporter)
-                problems = verify_copy(path, snapshot.files, deep=True, workers=settings.verify_workers)
-                if problems:  # files found in place (not fetched now) can be damaged: fetch those again
-                    get_run_logger().warning("%s: shared copy %s: %s; fetching again", model.name, path,
-                                             "; ".join(map(str, problems)))
-                    for problem in problems:
-                        discard(path, problem.path)
-                    fetch_into(settings, registry, model, snapshot, Path(path), reporter)
-                    problems = verify_copy(path, snapshot.files, deep=True, workers=settings.verify_workers)
-                if problems:
-                    raise DownloadError(f"shared copy {path} failed verification ({problems[0]})")
-                mark_ready(path, snapshot.commit)
-                registry.set_artifact(artifact.id, holder, A_DOWNLOADING, "verified", size_bytes=directory_size(path),
-                                      verified=True)
-                get_run_logger().info("%s: shared copy %s downloaded and verified", model.name, path)
-            if os.path.isdir(entry.path) and not os.path.islink(entry.path):
-                os.rmdir(entry.path)  # an empty directory left by an earlier run becomes the link
-            make_link(entry.path, link_target(entry.path, path))
+            with open_path(path, volumes, create=True, artifact=True) as copy:
+                ready = is_ready(copy, snapshot.commit)
+                if not ready:
+                    _fill_shared_copy(settings, registry, model, snapshot, copy, artifact.id, copy_holder, reporter)
+                    ready = True
+            if not registry.set_path_made(model.name, entry.id, holder, LINK):
+                raise DownloadCancelled(f"another run took over {entry.path}")
+            st = parent.lstat(name)
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                os.rmdir(name, dir_fd=parent.fd)  # an empty directory (checked by the caller) becomes the link
+            parent.symlink(link_target(entry.path, path), name)
             message = "verified"
     finally:
         reporter.also = None
-        state = A_READY if is_ready(path, snapshot.commit) else A_PENDING
-        registry.set_artifact(artifact.id, holder, state, message if state == A_PENDING else "verified", release=True)
+        state = A_READY if ready else A_PENDING
+        registry.set_artifact(artifact.id, copy_holder, state, message if state == A_PENDING else "verified",
+                              release=True)
+
+
+def _fill_shared_copy(settings: Settings, registry: Registry, model: Model, snapshot: Snapshot, copy: Dir,
+                      artifact_id: int, holder: Holder, reporter: Reporter) -> None:
+    """Download the shared copy, verify every file (fetching damaged ones again once), then mark it ready."""
+    registry.set_artifact(artifact_id, holder, A_DOWNLOADING, f"downloading for model {model.name!r}")
+    fetch_into(settings, registry, model, snapshot, copy, reporter)
+    problems = verify_copy(copy, snapshot.files, deep=True, workers=settings.verify_workers)
+    if problems:  # files found in place (not fetched now) can be damaged: fetch those again
+        get_run_logger().warning("%s: shared copy %s: %s; fetching again", model.name, copy,
+                                 "; ".join(map(str, problems)))
+        for problem in problems:
+            discard(copy, problem.path)
+        fetch_into(settings, registry, model, snapshot, copy, reporter)
+        problems = verify_copy(copy, snapshot.files, deep=True, workers=settings.verify_workers)
+    if problems:
+        raise DownloadError(f"shared copy {copy} failed verification ({problems[0]})")
+    mark_ready(copy, snapshot.commit)
+    registry.set_artifact(artifact_id, holder, A_DOWNLOADING, "verified", size_bytes=directory_size(copy),
+                          verified=True)
+    get_run_logger().info("%s: shared copy %s downloaded and verified", model.name, copy)
+
+
+def _links_or_free(parent: Dir, name: str, made: str | None) -> bool:
+    """The path can become (or stay) a link to the shared copy: nothing there, a link, or an empty
+    directory that is not the model's own copy."""
+    st = parent.lstat(name)
+    if st is None or stat.S_ISLNK(st.st_mode):
+        return True
+    if not stat.S_ISDIR(st.st_mode):
+        return False
+    with parent.descend(name) as d:
+        return d.identity() != made and not d.entries()
 
 
 @task(name="download-snapshot", retries=2, retry_delay_seconds=[10, 30], retry_condition_fn=retry_transient)
@@ -243,25 +273,25 @@ def download_snapshot(name: str, path_id: int, snapshot: Snapshot):
         sharing = model.download_policy == REUSE_IF_EXISTS
         if sharing and (problem := sharing_problem(entry.path, ws.volume, ws.models_dir)):
             raise DownloadError(f"{problem}; use always-download or a path inside the models root", permanent=True)
-        check_writable(entry.path, settings.volume_rules)
         shared = artifact_path(ws.volume, snapshot.repo_id, snapshot.commit, ws.models_dir)
-        occupied = target.is_dir() and not target.is_symlink() and any(target.iterdir())
-        _claim(registry, name, entry, holder, settings.lease_seconds, occupied)
+        check_writable(entry.path, settings.volume_rules)
+        _claim(registry, name, entry, holder, settings.lease_seconds)
         reporter = Reporter(registry, name, entry, holder, snapshot.total_bytes)
-        refusal = adoption_problem(entry.path, shared) if sharing else None
         with reporter.keepalive(max(1.0, settings.lease_seconds / 3)):
-            if sharing and refusal is None:
-                link_shared_copy(settings, registry, model, entry, snapshot, reporter)
-                logger.info("%s: %s links to the shared copy %s", name, target, shared)
-                return target
-            if target.is_symlink():
-                raise DownloadError(f"{entry.path} is a link (to {os.readlink(target)}), not a directory of its own; "
-                                    "move the model to a new path with `weightkeeper model update --subpath`",
-                                    permanent=True)
-            if refusal:
-                logger.warning("%s: %s", name, refusal)
-                registry.heartbeat(name, path_id, holder, message=refusal)
-            fetch_into(settings, registry, model, snapshot, target, reporter)
+            parent, leaf = open_parent(entry.path, settings.volume_rules, create=True)
+            with parent:
+                if sharing and _links_or_free(parent, leaf, entry.made):
+                    link_shared_copy(settings, registry, model, entry, holder, parent, leaf, snapshot, reporter)
+                    logger.info("%s: %s links to the shared copy %s", name, target, shared)
+                    return target
+                own, made = own_directory(parent, leaf, entry.path, entry.made)
+                with own:
+                    if made != entry.made and not registry.set_path_made(name, path_id, holder, made):
+                        raise DownloadCancelled(f"another run took over {entry.path}")
+                    if sharing:
+                        logger.warning("%s: %s is the model's own copy already; it is kept rather than linked to "
+                                       "the shared one", name, entry.path)
+                    fetch_into(settings, registry, model, snapshot, own, reporter)
         return target
     except (DownloadCancelled, NotFoundError) as e:
         if registry.find_model(name):
@@ -286,12 +316,12 @@ def download_snapshot(name: str, path_id: int, snapshot: Snapshot):
 @task(name="record-size")
 def record_size(name: str, path_id: int) -> int:
     """Measure the path (without its cache; a link counts its shared copy) and mark it Ready."""
-    _, registry = runtime()
+    settings, registry = runtime()
     entry = _entry(registry, name, path_id)
-    size = directory_size(entry.path)
+    size = path_size(entry.path, settings.volume_rules)
     note = ""
     if registry.get_model(name).download_policy == REUSE_IF_EXISTS and entry.artifact_id is None:
-        note = " (own copy: the path already held files, so it was not linked to the shared copy)"
+        note = " (own copy: the model's own directory was there before it shared, so it was kept)"
     registry.finish_path(name, path_id, path_holder(path_id), READY, f"{size} bytes{note}", size)
     get_run_logger().info("%s: %s is Ready, %d bytes", name, entry.path, size)
     return size

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import shutil
+import os
 import threading
 import time
+from collections.abc import Callable
+from typing import BinaryIO
 
 from prefect import get_run_logger, task
 from prefect.runtime import flow_run, task_run
 from prefect.states import Cancelled
 
 from tasks.snapshot import retry_transient
+from weightkeeper.anchored import open_under, remove_under
 from weightkeeper.download import RemoteFile, Snapshot, fetch_file
 from weightkeeper.hub import hub_transfer
 from weightkeeper.errors import DownloadCancelled, DownloadError
@@ -21,6 +24,7 @@ from weightkeeper.runtime import download_slot, load_token, runtime
 from weightkeeper.s3 import stage_snapshot
 from weightkeeper.sources import s3_client
 
+SCRATCH = "staging"  # below weightkeeper's home: this host's files on their way to S3
 WAIT_POLL_SECONDS = 2.0
 HEARTBEAT_SECONDS = 1.0
 
@@ -57,16 +61,19 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
         if stopped.is_set():
             raise DownloadCancelled(f"model {name!r} is being deleted; staging to {uri} stopped")
 
-    workdir = settings.home / "staging" / name  # this host's scratch space for files on their way to S3
     deadline = time.monotonic() + settings.download_timeout_seconds
 
-    def fetch_one(remote: RemoteFile):
+    def fetch_one(remote: RemoteFile) -> tuple[BinaryIO, Callable[[], None]]:
+        """The file, fetched and verified into this host's scratch space, open; and how to remove it."""
         if time.monotonic() > deadline:
             raise DownloadError(f"staging {name!r} to {uri} exceeded its timeout; `weightkeeper model ensure` "
                                 "resumes it", permanent=True)
         fetch_file(workdir, remote, transfer, lambda _n: beat(), f"{model.repo_id}@{snapshot.commit[:12]}")
-        return workdir / remote.path
+        folder, _, leaf = remote.path.rpartition("/")
+        with workdir.descend(folder) as d:
+            return os.fdopen(d.open(leaf, os.O_RDONLY), "rb"), lambda: remove_under(workdir.where, remote.path)
 
+    workdir = open_under(settings.home, f"{SCRATCH}/{name}", create=True)
     try:
         transfer = hub_transfer(HfSource(model.repo_id, snapshot.commit), snapshot.commit, settings.hf_endpoint,
                                 load_token(model.token_block))
@@ -83,8 +90,9 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
         logger.error("%s: staging to %s failed: %s", name, uri, e)
         raise
     finally:
+        workdir.close()
         registry.release_staging(name, holder)
-    shutil.rmtree(workdir, ignore_errors=True)
+    remove_under(settings.home, f"{SCRATCH}/{name}")
     registry.set_phase(name, DOWNLOADING, f"staged to {uri} ({uploaded} uploaded, {skipped} already there); "
                                           "filling the workspaces from it")
     logger.info("%s: staged %d files to %s (%d uploaded, %d already there)", name, len(snapshot.files), uri,

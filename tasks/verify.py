@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
-from pathlib import Path
 
 from prefect import get_run_logger, task
 from prefect.runtime import flow_run
 
 from weightkeeper.config import Settings
 from weightkeeper.download import RemoteFile, Snapshot
-from weightkeeper.errors import DownloadCancelled, DownloadError
-from weightkeeper.fsops import directory_size
+from weightkeeper.anchored import Dir, open_parent, open_path
+from weightkeeper.errors import DownloadCancelled, DownloadError, UnsafePathError
+from weightkeeper.fsops import directory_size, own_directory, path_size
 from weightkeeper.registry import Holder, Model, Registry
 from weightkeeper.registry.artifacts import A_DOWNLOADING, A_FAILED, A_PENDING, A_READY, A_REPAIRING
 from weightkeeper.registry.common import FAILED, READY, utcnow
@@ -26,14 +27,32 @@ def _due(verified_at, settings: Settings) -> bool:
     return verified_at is None or verified_at < utcnow() - timedelta(seconds=settings.verify_interval_seconds)
 
 
-def _refetch(settings: Settings, snapshot: Snapshot, root: str, model: Model, problems: list[Problem],
+@contextmanager
+def _opened(path: str, settings: Settings, artifact: bool = False) -> Iterator[Dir | None]:
+    """The copy at `path`, walked from its volume root; None when it is missing or a link is in the way."""
+    try:
+        d = open_path(path, settings.volume_rules, artifact=artifact)
+    except (FileNotFoundError, UnsafePathError):
+        yield None
+        return
+    with d:
+        yield d
+
+
+def _check(d: Dir | None, files: tuple[RemoteFile, ...], deep: bool, settings: Settings) -> list[Problem]:
+    if d is None:
+        return [Problem(f.path, "missing (the directory is gone or a link stands in its way)") for f in files]
+    return verify_copy(d, files, deep=deep, workers=settings.verify_workers)
+
+
+def _refetch(settings: Settings, snapshot: Snapshot, root: Dir, model: Model, problems: list[Problem],
              beat: Callable[[int], None]) -> None:
     """Drop the damaged entries and fetch them again from where `model` gets its files (the rest of the
     copy is left alone)."""
     for problem in problems:
         discard(root, problem.path)
     with download_slot(settings, lambda in_use, limit: None):
-        fetch_model_files(settings, model.source, model.staging_uri, model.token_block, snapshot, Path(root), beat,
+        fetch_model_files(settings, model.source, model.staging_uri, model.token_block, snapshot, root, beat,
                           deadline=float("inf"))
 
 
@@ -47,7 +66,8 @@ def verify_shared_copy(artifact_id: int) -> str:
         return "not downloaded"
     files = tuple(RemoteFile.from_json(f) for f in artifact.files)
     deep = _due(artifact.verified_at, settings) or artifact.state != A_READY
-    problems = verify_copy(artifact.path, files, deep=deep, workers=settings.verify_workers)
+    with _opened(artifact.path, settings, artifact=True) as copy:
+        problems = _check(copy, files, deep, settings)
     if not problems and artifact.state == A_READY:
         if deep:
             registry.set_artifact(artifact_id, None, A_READY, "verified", verified=True)
@@ -63,7 +83,6 @@ def verify_shared_copy(artifact_id: int) -> str:
 def _repair_shared_copy(settings, registry: Registry, artifact, files, problems, holder, logger) -> str:
     summary = "; ".join(map(str, problems[:3])) + (f" and {len(problems) - 3} more" if len(problems) > 3 else "")
     message = f"shared copy {artifact.path} is under repair ({summary})"
-    unmark_ready(artifact.path)
     registry.set_artifact(artifact.id, holder, A_REPAIRING, message)
     touched = registry.set_users(artifact.id, FAILED, message)
     logger.warning("%s; models failed meanwhile: %s", message, ", ".join(touched) or "none")
@@ -74,14 +93,20 @@ def _repair_shared_copy(settings, registry: Registry, artifact, files, problems,
             raise DownloadCancelled(f"another run took over the shared copy {artifact.path}")
 
     try:
-        _refetch(settings, Snapshot(artifact.repo_id, artifact.commit, files), artifact.path, source, problems, beat)
+        with open_path(artifact.path, settings.volume_rules, create=True, artifact=True) as copy:
+            unmark_ready(copy)
+            _refetch(settings, Snapshot(artifact.repo_id, artifact.commit, files), copy, source, problems, beat)
+            remaining = verify_copy(copy, files, deep=True, workers=settings.verify_workers)
+            if not remaining:
+                mark_ready(copy, artifact.commit)
+                size = directory_size(copy)
     except DownloadCancelled as e:
         logger.warning("repair of %s stopped: %s", artifact.path, e)
         return "taken over"
-    except DownloadError as e:
+    except (DownloadError, UnsafePathError) as e:
         since = artifact.unreachable_since or utcnow()
         down_for = (utcnow() - since).total_seconds()
-        if e.permanent or down_for >= settings.hub_unreachable_seconds:
+        if getattr(e, "permanent", True) or down_for >= settings.hub_unreachable_seconds:
             final = f"repair of shared copy {artifact.path} failed: {e} (for {down_for:.0f}s)"
             registry.set_artifact(artifact.id, holder, A_FAILED, final, unreachable_since=since, release=True)
             registry.set_users(artifact.id, FAILED, final)
@@ -91,13 +116,11 @@ def _repair_shared_copy(settings, registry: Registry, artifact, files, problems,
                               unreachable_since=since, release=True)
         logger.warning("repair of %s postponed: %s", artifact.path, e)
         return "postponed"
-    remaining = verify_copy(artifact.path, files, deep=True, workers=settings.verify_workers)
     if remaining:
         registry.set_artifact(artifact.id, holder, A_REPAIRING, f"{message}; still damaged: {remaining[0]}",
                               release=True)
         return "postponed"
-    mark_ready(artifact.path, artifact.commit)
-    registry.set_artifact(artifact.id, holder, A_READY, "repaired and verified", size_bytes=directory_size(artifact.path),
+    registry.set_artifact(artifact.id, holder, A_READY, "repaired and verified", size_bytes=size,
                           verified=True, unreachable_since=None, release=True)
     registry.set_users(artifact.id, READY, f"restored: shared copy {artifact.path} repaired")
     logger.info("shared copy %s repaired (%d file(s) fetched again)", artifact.path, len(problems))
@@ -114,11 +137,11 @@ def verify_model_path(name: str, path_id: int) -> str:
     if entry is None:
         return "gone"
     files = tuple(RemoteFile.from_json(f) for f in model.files or [])
-    problems = verify_copy(entry.path, files, deep=_due(entry.verified_at, settings) or entry.status != READY,
-                           workers=settings.verify_workers)
+    with _opened(entry.path, settings) as own:
+        problems = _check(own, files, _due(entry.verified_at, settings) or entry.status != READY, settings)
     if not problems:
         if entry.status != READY:  # complete and correct after all: the path is Ready again
-            _restore_path(registry, name, path_id, None, entry.path, "verified complete")
+            _restore_path(settings, registry, name, path_id, None, entry.path, "verified complete")
         registry.set_path_verified(name, path_id, READY)
         return "verified"
     holder = Holder.here(f"repair/{flow_run.id or 'local'}/{path_id}")
@@ -134,21 +157,28 @@ def verify_model_path(name: str, path_id: int) -> str:
             raise DownloadCancelled(f"model {name!r} is being deleted; repair of {entry.path} stopped")
 
     try:
-        _refetch(settings, Snapshot(model.repo_id, model.commit, files), entry.path, model, problems, beat)
+        parent, leaf = open_parent(entry.path, settings.volume_rules, create=True)
+        with parent:
+            own, made = own_directory(parent, leaf, entry.path, entry.made)
+            with own:
+                if made != entry.made and not registry.set_path_made(name, path_id, holder, made):
+                    raise DownloadCancelled(f"another run took over {entry.path}")
+                _refetch(settings, Snapshot(model.repo_id, model.commit, files), own, model, problems, beat)
     except DownloadCancelled as e:
         registry.finish_path(name, path_id, holder, FAILED, str(e))
         return "cancelled"
-    except DownloadError as e:
+    except (DownloadError, UnsafePathError) as e:
         registry.finish_path(name, path_id, holder, FAILED, f"{message}; {e}")
         return "postponed"
-    _restore_path(registry, name, path_id, holder, entry.path, "repaired")
+    _restore_path(settings, registry, name, path_id, holder, entry.path, "repaired")
     registry.set_path_verified(name, path_id, READY)
     return "repaired"
 
 
-def _restore_path(registry: Registry, name: str, path_id: int, holder: Holder | None, path: str, how: str) -> None:
+def _restore_path(settings: Settings, registry: Registry, name: str, path_id: int, holder: Holder | None, path: str,
+                  how: str) -> None:
     """Mark an own copy Ready with its size; the model too once all its paths are."""
-    size = directory_size(path)
+    size = path_size(path, settings.volume_rules)
     registry.finish_path(name, path_id, holder, READY, f"{size} bytes ({how})", size)
     if all(p.status == READY for p in registry.get_model(name).local_paths):
         registry.set_phase(name, READY, f"restored: {path} {how}")

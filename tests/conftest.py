@@ -167,6 +167,20 @@ class Env:
     def rewrite(self, **settings) -> None:
         write_config(self, **settings)
 
+    def made_by_an_earlier_run(self, name: str, index: int = 0) -> Path:
+        """Make the model path's directory and record it as weightkeeper's, as an interrupted run leaves it."""
+        from sqlalchemy import update
+
+        from weightkeeper.registry.schema import LocalPathRow
+
+        entry = self.registry.get_model(name).local_paths[index]
+        path = Path(entry.path)
+        path.mkdir(parents=True)
+        st = path.stat()
+        with self.registry.engine.begin() as conn:
+            conn.execute(update(LocalPathRow).where(LocalPathRow.id == entry.id).values(made=f"{st.st_dev}:{st.st_ino}"))
+        return path
+
 
 def write_config(env: Env, registry_url: str | None = None, workspaces: list[dict] | None = None,
                  s3: dict | None = None, **settings) -> None:

@@ -1,6 +1,7 @@
 """The Kubernetes API faked at the HTTP boundary: no API server can run on these machines, so the real
 `kubernetes` client talks, through a kubeconfig, to this loopback server. It answers pod lists by
-label selector from `pods` and records each request; nothing else of the API exists."""
+label selector from `pods`, accepts Jobs (kept in `jobs`, as a worker submitted them) and records each
+request; nothing else of the API exists."""
 
 from __future__ import annotations
 
@@ -33,6 +34,20 @@ class _Handler(BaseHTTPRequestHandler):
         self._reply(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"},
                           "items": items})
 
+    def do_POST(self):
+        fake = self.server.fake
+        parts = urlsplit(self.path).path.strip("/").split("/")
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        with fake.lock:
+            fake.requests.append((self.path, ""))
+            if len(parts) != 6 or parts[:4] != ["apis", "batch", "v1", "namespaces"] or parts[5] != "jobs":
+                self._reply(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404})
+                return
+            fake.jobs.append((parts[4], body))
+            name = body["metadata"].get("name") or f"{body['metadata'].get('generateName', 'job-')}{len(fake.jobs)}"
+        self._reply(201, {**body, "metadata": {**body["metadata"], "name": name, "namespace": parts[4],
+                                               "uid": f"uid-{len(fake.jobs)}"}})
+
     def _reply(self, status: int, body: dict) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
@@ -48,12 +63,14 @@ class _Server(ThreadingHTTPServer):
 
 
 class FakeKubernetes:
-    """`pods[(namespace, flow_run_id)] = [(pod name, phase), ...]`; `requests` lists (path, labelSelector)."""
+    """`pods[(namespace, flow_run_id)] = [(pod name, phase), ...]`; `requests` lists (path, labelSelector);
+    `jobs` lists the (namespace in the URL, Job body) created."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.pods: dict[tuple[str, str], list[tuple[str, str]]] = {}
         self.requests: list[tuple[str, str]] = []
+        self.jobs: list[tuple[str, dict]] = []
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.fake = self
         threading.Thread(target=self._server.serve_forever, daemon=True).start()

@@ -66,6 +66,7 @@ def test_create_through_the_api_runs_the_deployments_until_ready(served, hub):
     listed = served.api.get("/api/v1/models", params={"workspace": "team-b", "phase": "Ready"},
                             headers=served.as_user("bob")).json()
     assert [m["name"] for m in listed] == ["api-create"]
+    assert listed[0]["message"] is None and all("path" not in p for p in listed[0]["localPaths"])  # alice's
 
     r = served.api.delete("/api/v1/models/api-create", headers=served.as_user("alice"))
     assert r.status_code == 202 and r.json()["phase"] == "Deleting"

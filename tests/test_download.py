@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from weightkeeper import download
+from weightkeeper.anchored import Dir
 from weightkeeper.download import (
     PARTIAL_DIR,
     Part,
@@ -81,8 +82,14 @@ def big_repo(hub, monkeypatch):
 
 
 def fetch(hub, snapshot, target: Path, on_progress=lambda done: None) -> int:
-    return fetch_snapshot(HfSource(snapshot.repo_id, snapshot.commit), snapshot, target, hub.url, None, on_progress,
-                          time.monotonic() + 120)
+    with Dir.root(target, create=True) as d:
+        return fetch_snapshot(HfSource(snapshot.repo_id, snapshot.commit), snapshot, d, hub.url, None, on_progress,
+                              time.monotonic() + 120)
+
+
+def present(target: Path, remote: RemoteFile) -> int:
+    with Dir.root(target) as d:
+        return present_bytes(d, remote)
 
 
 def body_gets(hub, repo: str) -> list:
@@ -157,7 +164,7 @@ def test_an_interrupted_ranged_download_resumes_every_range_where_it_stopped(hub
     ranges_file = tmp_path / "m" / PARTIAL_DIR / f"{BIG}.part.ranges"
     saved = [Part(*p) for p in json.loads(ranges_file.read_text())["parts"]]
     remote = next(f for f in snapshot.files if f.path == BIG)
-    assert present_bytes(tmp_path / "m", remote) == sum(p.done for p in saved) >= len(data) // 2
+    assert present(tmp_path / "m", remote) == sum(p.done for p in saved) >= len(data) // 2
     config_left = 0 if (tmp_path / "m" / "config.json").exists() else 3
     hub.reset_stats()
 
@@ -210,7 +217,7 @@ def test_progress_counts_what_is_already_there(hub, big_repo, tmp_path):
     partial.parent.mkdir(parents=True)
     partial.write_bytes(data[:3 * MIB])  # a sequential partial file: ranges 0 and half of 1 are done
     remote: RemoteFile = next(f for f in snapshot.files if f.path == BIG)
-    assert present_bytes(tmp_path / "m", remote) == 3 * MIB
+    assert present(tmp_path / "m", remote) == 3 * MIB
     seen = []
     fetch(hub, snapshot, tmp_path / "m", seen.append)
     assert seen[0] == 3 * MIB and seen[-1] == len(data) + 3
@@ -225,8 +232,9 @@ def test_the_token_goes_to_the_hub_and_never_to_the_cdn_it_redirects_to(hub, tmp
     hub.reset_stats()
     hub.cdn_redirects = True
     try:
-        fetch_snapshot(HfSource(repo, snapshot.commit), snapshot, tmp_path / "m", hub.url, "hf_cdn_secret",
-                       lambda done: None, time.monotonic() + 60)
+        with Dir.root(tmp_path / "m", create=True) as d:
+            fetch_snapshot(HfSource(repo, snapshot.commit), snapshot, d, hub.url, "hf_cdn_secret",
+                           lambda done: None, time.monotonic() + 60)
     finally:
         hub.cdn_redirects = False
     assert (tmp_path / "m" / BIG).read_bytes() == data
@@ -261,6 +269,7 @@ def test_a_file_that_arrives_corrupted_fails_the_fetch_and_is_not_put_in_place(h
         real(remote, start, end, flip)
 
     with pytest.raises(DownloadError, match=f"{BIG} of .* arrived corrupted"):
-        fetch_files(snapshot, tmp_path / "m", corrupting, lambda done: None, time.monotonic() + 60, "the test")
+        with Dir.root(tmp_path / "m", create=True) as d:
+            fetch_files(snapshot, d, corrupting, lambda done: None, time.monotonic() + 60, "the test")
     assert not (tmp_path / "m" / BIG).exists()
     assert not (tmp_path / "m" / PARTIAL_DIR / f"{BIG}.part").exists()

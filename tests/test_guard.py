@@ -5,6 +5,7 @@ import os
 import pytest
 
 from weightkeeper.errors import CleanupError, UnsafePathError
+from weightkeeper.anchored import Dir
 from weightkeeper.fsops import directory_size, remove_model_path
 from weightkeeper.guard import VolumeRule, check_removable, check_staged_prefix
 
@@ -144,7 +145,8 @@ def test_directory_size_excludes_cache_and_links(volume, tmp_path):
     (d / "sub" / "b.json").write_bytes(b"b" * 5)
     (tmp_path / "big").write_bytes(b"z" * 1000)
     (d / "link").symlink_to(tmp_path / "big")
-    assert directory_size(str(d)) == 12
+    with Dir.root(d) as opened:
+        assert directory_size(opened) == 12
 
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -183,7 +185,8 @@ def test_discarding_a_damaged_entry_never_follows_a_link(tmp_path):
     copy = tmp_path / "copy"
     copy.mkdir()
     (copy / "sub").symlink_to(outside)
-    discard(str(copy), "sub/x.safetensors")
+    with Dir.root(copy) as opened:
+        discard(opened, "sub/x.safetensors")
     assert (outside / "x.safetensors").read_text() == "precious" and not os.path.lexists(copy / "sub")
 
 

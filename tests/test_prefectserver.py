@@ -1,6 +1,7 @@
 """The Prefect server weightkeeper starts (`weightkeeper.prefectserver`): concurrent writes wait their turn on
 SQLite instead of failing; the embedded default (`weightkeeper demo`, no `PREFECT_API_URL`) starts one, runs
-the whole lifecycle against it and stops it; it never outlives the process that started it."""
+the whole lifecycle against it and stops it; it never outlives the process that started it; beyond loopback
+it requires a credential (the served case: tests/test_serve.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -18,7 +20,15 @@ import pytest
 from served import wait_until
 
 from weightkeeper.errors import WeightkeeperError
-from weightkeeper.prefectserver import free_port, healthy, prefect_api
+from weightkeeper.prefectserver import (
+    free_port,
+    healthy,
+    is_loopback,
+    needs_auth,
+    prefect_api,
+    prefect_credential,
+    start_server,
+)
 
 
 def without_prefect_api_url(tmp_path) -> dict[str, str]:
@@ -107,3 +117,49 @@ def test_a_prefect_api_url_that_does_not_answer_is_reported(tmp_path):
                                                               "does not answer")):
             with prefect_api(tmp_path):
                 pass
+
+
+def test_the_server_requires_the_credential_whenever_it_listens_beyond_loopback(monkeypatch):
+    monkeypatch.delenv("PREFECT_API_AUTH_STRING", raising=False)
+    for host in ("127.0.0.1", "127.8.0.1", "::1", "localhost"):
+        assert is_loopback(host) and not needs_auth(host) and needs_auth(host, always=True)
+    for host in ("0.0.0.0", "::", "", "192.0.2.2", "fd00::2", "::ffff:127.0.0.1", "prefect.example",
+                 "127.0.0.1.nip.io"):
+        assert not is_loopback(host) and needs_auth(host)
+    monkeypatch.setenv("PREFECT_API_AUTH_STRING", "ops:chosen")  # the operator set one: it is required
+    assert needs_auth("127.0.0.1")
+
+
+def test_the_server_is_never_started_beyond_loopback_without_a_credential(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_SERVER_API_AUTH_STRING"}
+    with pytest.raises(WeightkeeperError, match="refusing to start the Prefect server on 0.0.0.0 without "
+                                                "authentication: PREFECT_SERVER_API_AUTH_STRING is not set"):
+        start_server(free_port(), tmp_path / "server.log", env, "0.0.0.0")
+    assert not (tmp_path / "server.log").exists()  # nothing was started
+
+
+def test_the_credential_is_generated_once_private_to_the_operator_or_theirs(tmp_path, monkeypatch):
+    monkeypatch.delenv("PREFECT_API_AUTH_STRING", raising=False)
+    home = tmp_path / "home"
+    credential = prefect_credential(home)
+    path = home / "prefect-auth"
+    assert credential.startswith("weightkeeper:") and len(credential) > 40
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and path.read_text() == credential
+    assert prefect_credential(home) == credential != prefect_credential(tmp_path / "other")
+    monkeypatch.setenv("PREFECT_API_AUTH_STRING", "ops:chosen")
+    assert prefect_credential(home) == "ops:chosen" and path.read_text() == credential
+    monkeypatch.delenv("PREFECT_API_AUTH_STRING")
+
+    path.chmod(0o644)  # readable by others: refused, not used
+    with pytest.raises(WeightkeeperError, match="must be a regular file of this user with mode 0600"):
+        prefect_credential(home)
+    path.unlink()
+    (tmp_path / "planted").write_text("attacker:known")  # a link put in its place is not followed
+    path.symlink_to(tmp_path / "planted")
+    with pytest.raises(WeightkeeperError, match="must be a regular file of this user with mode 0600"):
+        prefect_credential(home)
+    path.unlink()
+    path.write_bytes(b"")
+    path.chmod(0o600)
+    with pytest.raises(WeightkeeperError, match="is empty; remove it"):
+        prefect_credential(home)

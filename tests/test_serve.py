@@ -1,15 +1,20 @@
 """`weightkeeper serve` as an operator runs it: one command sets up the limit, the pools and every deployment,
-starts a worker per pool and the API, and leaves nothing running once a supervisor stops it (SIGTERM)."""
+starts a worker per pool and the API, and leaves nothing running once a supervisor stops it (SIGTERM); the
+Prefect server it starts beyond loopback answers only to its credential."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import signal
+import socket
+import stat
 import subprocess
 import sys
 
 import httpx
-from conftest import write_config
+from conftest import tiny_files, write_config
 from served import wait_until
 
 from weightkeeper.prefectserver import free_port
@@ -53,3 +58,78 @@ def test_serve_sets_everything_up_and_stops_cleanly(wk):
         serve.send_signal(signal.SIGTERM)
         assert serve.wait(60) == 0
     assert processes("--pool serve-") == []  # no worker outlives it
+
+
+def non_loopback_address() -> str | None:
+    """The IPv4 address this machine would send from to elsewhere, if it has a route (a UDP connect sends
+    nothing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("198.51.100.1", 9))
+        except OSError:
+            return None
+        address = s.getsockname()[0]
+    return None if address.startswith("127.") else address
+
+
+def test_the_prefect_server_serve_starts_beyond_loopback_answers_only_to_its_credential(wk, hub, tmp_path):
+    """The attacker reaches the Prefect port and has no credential: reading Secret blocks and starting
+    delete-model answer 401. The workers and serve's own clients have it: a model still gets Ready through the
+    REST API. The credential is in a 0600 file, and in no log and no command line. Without a non-loopback
+    address here, serve runs on loopback with --prefect-auth (`needs_auth` is tested in test_prefectserver)."""
+    host = non_loopback_address()
+    write_config(wk, workspaces=[{**wk._workspaces[0], "work_pool": "auth-team-a"}], work_pool="auth-control",
+                 hf_endpoint=hub.url)
+    with open(wk.config, "a") as f:
+        f.write(f'[[users]]\nname = "alice"\nuid = 1000\n'
+                f'token_sha256 = "{hashlib.sha256(b"alice-token").hexdigest()}"\n')
+    hub.add_repo("acme/behind-auth", tiny_files("behind-auth"))
+    prefect_port, api_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "PREFECT_API_AUTH_STRING")}
+    env.update(WEIGHTKEEPER_CONFIG=str(wk.config), PREFECT_HOME=str(tmp_path / "prefect-home"),
+               PREFECT_WORKER_QUERY_SECONDS="1")
+    where = ["--prefect-host", host] if host else ["--prefect-auth"]
+    out = open(tmp_path / "serve.out", "w+")
+    serve = subprocess.Popen([sys.executable, "-m", "weightkeeper.cli", "serve", "--prefect-port", str(prefect_port),
+                              "--api-port", str(api_port), *where], env=env, stdout=out, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    credential_file = wk.root / "prefect-auth"
+    try:
+        server = f"http://{host or '127.0.0.1'}:{prefect_port}"
+        wait_until(lambda: "Prefect API" in (tmp_path / "serve.out").read_text(), 120, "serve to start")
+        assert f"Prefect API {server}/api (credential: {credential_file});" in (tmp_path / "serve.out").read_text()
+        credential = credential_file.read_text()
+        secret = credential.split(":", 1)[1]
+        assert stat.S_IMODE(credential_file.stat().st_mode) == 0o600 and len(credential) > 40
+        auth = {"Authorization": f"Basic {base64.b64encode(credential.encode()).decode()}"}
+        wrong = {"Authorization": f"Basic {base64.b64encode(b'weightkeeper:guess').decode()}"}
+        prefect = httpx.Client(base_url=f"{server}/api", timeout=30)
+        assert prefect.get("/health").status_code == 200  # probes stay open
+        for headers in ({}, wrong):
+            assert prefect.post("/block_documents/filter", json={}, headers=headers).status_code == 401
+        assert prefect.post("/block_documents/filter", json={}, headers=auth).status_code == 200
+        delete = prefect.get("/deployments/name/delete-model/delete-model", headers=auth).json()["id"]
+        later = {"parameters": {"name": "no-such-model"},
+                 "state": {"type": "SCHEDULED", "state_details": {"scheduled_time": "2999-01-01T00:00:00Z"}}}
+        for headers in ({}, wrong):
+            assert prefect.post(f"/deployments/{delete}/create_flow_run", json=later, headers=headers).status_code \
+                == 401
+        assert prefect.post(f"/deployments/{delete}/create_flow_run", json=later, headers=auth).status_code == 201
+        assert httpx.get(f"{server}/ui-settings", timeout=10).json()["auth"] == "BASIC"  # the UI asks for it
+
+        api = httpx.Client(base_url=f"http://127.0.0.1:{api_port}", headers={"Authorization": "Bearer alice-token"},
+                           timeout=30)
+        wait_until(lambda: status(f"http://127.0.0.1:{api_port}/api/v1/models") == 401, 60, "the API")
+        created = api.post("/api/v1/models", json={"name": "behind-auth", "source": "hf://acme/behind-auth"})
+        assert created.status_code == 201, created.text
+        wait_until(lambda: api.get("/api/v1/models/behind-auth").json()["phase"] == "Ready", 150, "Ready")
+        commands = subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True, text=True).stdout
+        assert "prefect worker start --pool auth-team-a" in commands and secret not in commands
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(60) == 0
+    logs = [(tmp_path / "serve.out").read_text(),
+            *(log.read_text(errors="replace") for log in (wk.root / "logs").iterdir())]
+    assert len(logs) >= 4  # serve's output, the Prefect server's and each worker's log
+    for text in logs:
+        assert secret not in text and auth["Authorization"].split()[1] not in text

@@ -113,18 +113,23 @@ def test_a_link_planted_by_hand_keeps_the_copy_until_it_is_gone(wk, hub):
     assert not copy.exists() and wk.registry.list_artifacts() == []
 
 
-def test_a_path_that_holds_files_keeps_its_own_copy(wk, hub):
+@pytest.mark.parametrize("policy", ["reuse-if-exists", "always-download"])
+def test_a_path_that_holds_files_weightkeeper_did_not_write_is_refused_and_kept(wk, hub, policy):
+    """The attacker (or a careless user) fills the model's directory first: weightkeeper never adopts it,
+    marks nothing Ready with the user's bytes, and its delete removes none of them."""
     files = tiny_files("occupied")
     hub.add_repo("acme/occupied", files)
-    model = wk.declare("occupied", "hf://acme/occupied", workspaces=["team-a"], download_policy="reuse-if-exists")
+    model = wk.declare("occupied", "hf://acme/occupied", workspaces=["team-a"], download_policy=policy)
     path = Path(model.local_paths[0].path)
     path.mkdir(parents=True)
     (path / "notes.txt").write_text("mine")
-    assert ensure_model("occupied") == "Ready"
-    assert not path.is_symlink() and (path / "notes.txt").read_text() == "mine" and (path / SHARD).is_file()
-    assert wk.registry.list_artifacts() == []
-    entry = wk.registry.get_model("occupied").local_paths[0]
-    assert entry.artifact_id is None and "own copy: the path already held files" in entry.message
+    (path / SHARD).write_bytes(b"x" * len(files[SHARD]))  # same name and size as the model's shard
+    assert ensure_model("occupied") == "Failed"
+    message = wk.registry.get_model("occupied").local_paths[0].message
+    assert "already holds files weightkeeper did not write" in message and "notes.txt" in message
+    assert wk.registry.list_artifacts() == [] and sorted(os.listdir(path)) == sorted(["notes.txt", SHARD])
+    assert delete_model("occupied") == "Released"
+    assert (path / "notes.txt").read_text() == "mine" and (path / SHARD).read_bytes() == b"x" * len(files[SHARD])
 
 
 def test_a_shared_model_outside_the_models_root_fails(wk, hub):

@@ -2,6 +2,9 @@
 
 Bearer tokens map to the users of the config file; the owner of a model is the authenticated user.
 Creating, deleting and retrying start the matching deployment at once (one run per request).
+A user sees their own models and those with a public workspace (admins: all); token blocks, storage
+locations and messages only of their own. Over-long input or control characters answer 422, before anything
+is written.
 """
 
 import hashlib
@@ -9,16 +12,23 @@ import hmac
 import uuid
 from typing import Annotated, Literal
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, status
+from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from weightkeeper.config import DELETE_FLOW, ENSURE_FLOW, Settings, User
 from weightkeeper.errors import ConflictError, InvalidInputError, NotFoundError
+from weightkeeper.layout import MODEL_NAME
 from weightkeeper.registry import Model, Registry
 from weightkeeper.runs import NoDeployment, start_deployment
 from weightkeeper.service import declare_model, registry_for
+from weightkeeper.tenancy import redact, refusal, visible
+
+PLAIN = r"^[^\x00-\x1f\x7f]*$"  # no NUL or other control character
+NAME = f"^{MODEL_NAME.pattern}$"
+Plain = Annotated[str, Field(max_length=63, pattern=PLAIN)]
 
 
 class ModelCreate(BaseModel):
@@ -26,11 +36,13 @@ class ModelCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(description="lowercase letters, digits and '-'")
-    source: str = Field(description="hf://owner/name[@revision]")
-    workspaces: list[str] | None = Field(default=None, description="target workspaces (default: every public one)")
-    subpath: str | None = None
-    tokenBlock: str | None = Field(default=None, description="name of a Prefect Secret block with the HF token")
+    name: str = Field(max_length=63, pattern=PLAIN, description="lowercase letters, digits and '-'")
+    source: str = Field(max_length=512, pattern=PLAIN, description="hf://owner/name[@revision] or s3://bucket/prefix/")
+    workspaces: list[Plain] | None = Field(default=None, max_length=64,
+                                           description="target workspaces (default: every public one)")
+    subpath: str | None = Field(default=None, max_length=255, pattern=PLAIN)
+    tokenBlock: str | None = Field(default=None, pattern=NAME,
+                                   description="name of a Prefect Secret block with the HF token (one of yours)")
     downloadPolicy: Literal["always-download", "reuse-if-exists"] | None = None
     keepFiles: bool = False
 
@@ -67,6 +79,12 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
     def not_found(_: Request, e: NotFoundError) -> JSONResponse:
         return problem(404, "NotFound", str(e))
 
+    @app.exception_handler(RequestValidationError)
+    def unprocessable(_: Request, e: RequestValidationError) -> JSONResponse:
+        # where and why only: the input itself is never echoed (it may be a secret or hold control characters)
+        return problem(422, "Invalid", "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}"
+                                                 for err in e.errors()))
+
     @app.exception_handler(HTTPException)
     def http_error(_: Request, e: HTTPException) -> JSONResponse:
         kinds = {401: "Unauthorized", 403: "Forbidden"}
@@ -81,8 +99,15 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
             raise HTTPException(401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"})
         return match
 
-    def owned(name: str, caller: User) -> Model:
+    def seen(name: str, caller: User) -> Model:
+        """The model if the caller may see it; otherwise it answers as if it did not exist."""
         model = registry.get_model(name)
+        if not visible(model, caller, settings):
+            raise NotFoundError(f"model {name!r} does not exist")
+        return model
+
+    def owned(name: str, caller: User) -> Model:
+        model = seen(name, caller)
         if model.owner_name != caller.name and not caller.admin:
             raise HTTPException(403, f"model {name!r} belongs to {model.owner_name!r}; only its owner or an admin "
                                      "may change it")
@@ -95,46 +120,57 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
             return _run(None, f"{e}; the next reconcile pass starts it")
         return _run(run_id, f"{flow} run started" if run_id else f"a {flow} run is already working on it")
 
+    def view(model: Model, caller: User) -> dict:
+        return redact(model.to_json(), caller, settings)
+
     Caller = Annotated[User, Depends(user)]
-    IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", description="repeat-safe request id")]
+    IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=128, pattern=r"^[ -~]+$",
+                                                  description="repeat-safe request id (printable ASCII)")]
+    Name = Annotated[str, Path(max_length=63, pattern=NAME)]
 
     @app.post("/api/v1/models", status_code=status.HTTP_201_CREATED,
               responses={409: {"model": Problem}, 422: {"model": Problem}})
     def create_model(body: ModelCreate, caller: Caller, key: IdempotencyKey = None) -> dict:
-        """Declare a model owned by the caller and start ensure-model. 409 `ResourceProcessing` while a
-        deleting model still holds a target path; 409 `AlreadyExists` when live models hold them all."""
+        """Declare a model owned by the caller and start ensure-model. 403 for a token block or S3 prefix the
+        caller may not use; 409 `ResourceProcessing` while a deleting model still holds a target path; 409
+        `AlreadyExists` when live models hold them all."""
+        if reason := refusal(caller, body.source, body.tokenBlock):
+            raise HTTPException(403, reason)
         model = declare_model(settings, registry, name=body.name, source=body.source, owner_name=caller.name,
                               owner_uid=caller.uid, workspaces=body.workspaces, subpath=body.subpath,
                               token_block=body.tokenBlock, download_policy=body.downloadPolicy,
                               keep_files=body.keepFiles)
-        return {**model.to_json(), "run": start(ENSURE_FLOW, model.name, key)}
+        return {**view(model, caller), "run": start(ENSURE_FLOW, model.name, key)}
 
     @app.get("/api/v1/models")
-    def list_models(_: Caller, workspace: str | None = None, phase: str | None = None,
+    def list_models(caller: Caller, workspace: Annotated[str | None, Query(max_length=63, pattern=PLAIN)] = None,
+                    phase: Annotated[str | None, Query(max_length=16, pattern=PLAIN)] = None,
                     include_deleting: Annotated[bool, Query(alias="includeDeleting")] = False) -> list[dict]:
-        """Models, optionally of one workspace or phase; `includeDeleting=true` adds those still being deleted
-        (`isDeleted`, `deletionTime`, and the `localPaths` they still occupy with `sizeBytes`)."""
-        return [m.to_json() for m in registry.list_models(include_deleting=include_deleting, phase=phase,
-                                                           workspace=workspace)]
+        """The models the caller may see, optionally of one workspace or phase; `includeDeleting=true` adds
+        those still being deleted (`isDeleted`, `deletionTime`, and the `localPaths` they still occupy)."""
+        models = [view(m, caller) for m in registry.list_models(include_deleting=include_deleting, phase=phase,
+                                                                 workspace=workspace) if visible(m, caller, settings)]
+        # by the entries the caller sees: others' entries in private workspaces do not count
+        return [m for m in models if not workspace or any(p["workspace"] == workspace for p in m["localPaths"])]
 
     @app.get("/api/v1/models/{name}", responses={404: {"model": Problem}})
-    def get_model(name: str, _: Caller) -> dict:
-        return registry.get_model(name).to_json()
+    def get_model(name: Name, caller: Caller) -> dict:
+        return view(seen(name, caller), caller)
 
     @app.delete("/api/v1/models/{name}", status_code=status.HTTP_202_ACCEPTED, responses={404: {"model": Problem}})
-    def delete_model(name: str, caller: Caller, key: IdempotencyKey = None) -> dict:
+    def delete_model(name: Name, caller: Caller, key: IdempotencyKey = None) -> dict:
         """Mark the model Deleting and start delete-model; cleanup goes on after the answer. Repeating it is
         harmless: no second run starts while one works on the model."""
         owned(name, caller)
         model = registry.mark_deleting(name)
-        return {**model.to_json(), "run": start(DELETE_FLOW, name, key)}
+        return {**view(model, caller), "run": start(DELETE_FLOW, name, key)}
 
     @app.post("/api/v1/models/{name}/retry", status_code=status.HTTP_202_ACCEPTED,
               responses={404: {"model": Problem}, 409: {"model": Problem}})
-    def retry_model(name: str, caller: Caller, key: IdempotencyKey = None) -> dict:
+    def retry_model(name: Name, caller: Caller, key: IdempotencyKey = None) -> dict:
         """Make a Failed model Pending again and start ensure-model (409 `NotFailed` in any other phase)."""
         owned(name, caller)
         model = registry.retry_model(name)
-        return {**model.to_json(), "run": start(ENSURE_FLOW, name, key)}
+        return {**view(model, caller), "run": start(ENSURE_FLOW, name, key)}
 
     return app

@@ -26,6 +26,8 @@ The file:
     uid = 1000
     token_env = "WK_TOKEN_ALICE"         # or token_sha256 = "<hex sha256 of the token>"
     admin = false
+    token_blocks = ["alice-hf"]          # Prefect Secret blocks the user may name (admins: any)
+    s3_sources = ["s3://data/alice/"]    # S3 prefixes the user may declare models from (admins: any)
     [s3]                                 # optional: stage each snapshot once, fill workspaces from it
     bucket = "weights"
     prefix = "weightkeeper"              # staged at s3://<bucket>/<prefix>/<owner>--<name>/<commit>/
@@ -99,12 +101,14 @@ class S3Settings:
 
 @dataclass(frozen=True)
 class User:
-    """An API user; only the sha256 of the token is kept."""
+    """An API user; only the sha256 of the token is kept. Admins may name any token block and S3 source."""
 
     name: str
     uid: int
     token_sha256: str | None = field(repr=False)  # None: its token_env is not set here (cannot log in)
     admin: bool = False
+    token_blocks: tuple[str, ...] = ()  # Prefect Secret blocks the user may name as `tokenBlock`
+    s3_sources: tuple[str, ...] = ()  # `s3://bucket/prefix/` prefixes the user may use as sources
 
 
 @dataclass(frozen=True)
@@ -223,7 +227,7 @@ def _pool(value: object, where: str) -> str | None:
 
 
 def _user(raw: dict, where: str) -> User:
-    unknown = set(raw) - {"name", "uid", "token_env", "token_sha256", "admin"}
+    unknown = set(raw) - {"name", "uid", "token_env", "token_sha256", "admin", "token_blocks", "s3_sources"}
     if unknown:
         raise ConfigError(f"{where}: unknown user keys {sorted(unknown)}")
     name, uid, admin = raw.get("name"), raw.get("uid"), raw.get("admin", False)
@@ -239,7 +243,23 @@ def _user(raw: dict, where: str) -> User:
         raise ConfigError(f"{where}: user {name!r} needs token_env or token_sha256 (64 hex digits)")
     if not isinstance(admin, bool):
         raise ConfigError(f"{where}: user {name!r} admin must be true or false")
-    return User(name=name, uid=uid, token_sha256=digest and digest.lower(), admin=admin)
+    blocks, prefixes = raw.get("token_blocks", []), raw.get("s3_sources", [])
+    if not isinstance(blocks, list) or not all(isinstance(b, str) and MODEL_NAME.fullmatch(b) for b in blocks):
+        raise ConfigError(f"{where}: user {name!r} token_blocks must be a list of Prefect block names "
+                          "(lowercase letters, digits and '-')")
+    if not isinstance(prefixes, list):
+        raise ConfigError(f"{where}: user {name!r} s3_sources must be a list of prefixes like s3://bucket/prefix/")
+    sources = []
+    for uri in prefixes:
+        bucket, _, key = uri.removeprefix("s3://").partition("/") if isinstance(uri, str) else ("", "", "")
+        segments = key.removesuffix("/").split("/") if key else []
+        if not (isinstance(uri, str) and uri.startswith("s3://") and BUCKET.fullmatch(bucket)
+                and all(SEGMENT.fullmatch(s) and s not in (".", "..") for s in segments)):
+            raise ConfigError(f"{where}: user {name!r} s3_sources must list prefixes like s3://bucket/prefix/ "
+                              f"(plain segments), not {uri!r}")
+        sources.append("/".join(["s3:/", bucket, *segments, ""]))  # always ending in '/': matched by segment
+    return User(name=name, uid=uid, token_sha256=digest and digest.lower(), admin=admin,
+                token_blocks=tuple(blocks), s3_sources=tuple(sources))
 
 
 def _s3(raw: object, where: str) -> S3Settings | None:

@@ -6,18 +6,20 @@
   workspace's jobs run in its pool.
 
 Flows are deployed by module path (the package is installed where the workers run), and carry
-`WEIGHTKEEPER_CONFIG` so a worker's runs read the same configuration.
+`WEIGHTKEEPER_CONFIG` so a worker's runs read the same configuration (in a Kubernetes pool, the
+pool's template sets it: its job variables are only the owner's identity).
 """
 
 from __future__ import annotations
 
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.actions import WorkPoolCreate
+from prefect.client.schemas.actions import WorkPoolCreate, WorkPoolUpdate
 from prefect.deployments.runner import EntrypointType, RunnerDeployment
 from prefect.exceptions import ObjectNotFound
 from prefect.workers.process import ProcessWorker
 
 from weightkeeper.config import DELETE_FLOW, ENSURE_FLOW, RECONCILE_FLOW, Settings
+from weightkeeper.errors import ConfigError
 from weightkeeper.kube import base_job_template
 from weightkeeper.runtime import ensure_download_limit
 
@@ -31,29 +33,45 @@ def declared(settings: Settings) -> list[tuple[RunnerDeployment, str]]:
 
     job = {"env": {"WEIGHTKEEPER_CONFIG": str(settings.config_path)}} if settings.config_path else {}
 
-    def deployment(flow, name: str, **kw) -> RunnerDeployment:
-        return flow.to_deployment(name=name, entrypoint_type=EntrypointType.MODULE_PATH, job_variables=job,
-                                  tags=["weightkeeper"], **kw)
+    def deployment(flow, name: str, pool: str, **kw) -> tuple[RunnerDeployment, str]:
+        return flow.to_deployment(name=name, entrypoint_type=EntrypointType.MODULE_PATH, tags=["weightkeeper"],
+                                  job_variables={} if pool in settings.kubernetes_pools else job, **kw), pool
 
-    out = [(deployment(ensure_model, ENSURE_FLOW), settings.work_pool),
-           (deployment(delete_model, DELETE_FLOW), settings.work_pool),
-           (deployment(reconcile, RECONCILE_FLOW, interval=settings.reconcile_interval_seconds), settings.work_pool)]
+    out = [deployment(ensure_model, ENSURE_FLOW, settings.work_pool),
+           deployment(delete_model, DELETE_FLOW, settings.work_pool),
+           deployment(reconcile, RECONCILE_FLOW, settings.work_pool, interval=settings.reconcile_interval_seconds)]
     for pool in sorted({settings.pool_for(w.name) for w in settings.workspaces}):
-        out += [(deployment(download_to_path, pool), pool), (deployment(clean_one_path, pool), pool)]
+        out += [deployment(download_to_path, pool, pool), deployment(clean_one_path, pool, pool)]
     return out
+
+
+def kubernetes_template(settings: Settings, pool: str) -> dict:
+    """The base job template of a Kubernetes pool, from its workspaces' `[workspaces.kubernetes]` and volume,
+    which the template fixes: workspaces sharing the pool must agree on them."""
+    targets = {(w.kubernetes, w.volume) for w in settings.workspaces if w.work_pool == pool and w.kubernetes}
+    if len(targets) != 1:
+        names = sorted(w.name for w in settings.workspaces if w.work_pool == pool)
+        raise ConfigError(f"Kubernetes pool {pool!r} serves workspaces {names} whose volume or [workspaces.kubernetes] "
+                          f"differ, but its job template fixes them: give each its own work_pool")
+    ((target, volume),) = targets
+    return base_job_template(target, volume)
 
 
 def ensure_work_pools(settings: Settings) -> list[str]:
     """Create the missing pools: Kubernetes pools from `infra/kubernetes/base-job-template.json` for workspaces
-    that run their jobs in a cluster, local process pools for the others; returns the ones created."""
+    that run their jobs in a cluster, local process pools for the others; returns the ones created. An existing
+    Kubernetes pool gets the template of the current configuration (and of this version of weightkeeper)."""
     created = []
     with get_client(sync_client=True) as client:
         for pool in settings.pools:
+            template = kubernetes_template(settings, pool) if pool in settings.kubernetes_pools else None
             try:
-                client.read_work_pool(pool)
+                existing = client.read_work_pool(pool)
+                if template is not None and existing.base_job_template != template:
+                    client.update_work_pool(pool, WorkPoolUpdate(base_job_template=template))
             except ObjectNotFound:
-                if pool in settings.kubernetes_pools:
-                    create = WorkPoolCreate(name=pool, type="kubernetes", base_job_template=base_job_template(),
+                if template is not None:
+                    create = WorkPoolCreate(name=pool, type="kubernetes", base_job_template=template,
                                             description="weightkeeper jobs in a workspace's Kubernetes namespace")
                 else:
                     create = WorkPoolCreate(name=pool, type="process", description="weightkeeper jobs on this host",

@@ -7,7 +7,8 @@ ranges at once, each written at its offset; their progress is kept next to the p
 `<file>.part.ranges`, so a later run, in any process, resumes every range where it stopped. A
 file in one range resumes from its partial file's size. Bytes that extend a file's hashed prefix
 are hashed by the thread that wrote them; a hasher thread per file reads back from the page cache
-what becomes contiguous later, so hashing overlaps the transfer.
+what becomes contiguous later, so hashing overlaps the transfer. The model directory is a
+`weightkeeper.anchored.Dir`: every name below it is opened from its descriptor, never through a link.
 
 Where the bytes come from is a `Transfer`: `weightkeeper.hub` (ranged GETs from the Hub) or
 `weightkeeper.s3` (ranged GETs from S3).
@@ -19,15 +20,16 @@ import hashlib
 import json
 import os
 import posixpath
+import stat
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import zip_longest
-from pathlib import Path
 
-from weightkeeper.errors import DownloadError
+from weightkeeper.anchored import Dir
+from weightkeeper.errors import DownloadError, UnsafePathError
 from weightkeeper.layout import SEGMENT
 
 CACHE_DIR = ".cache"
@@ -152,63 +154,89 @@ def frontier(parts: Sequence[Part]) -> int:
     return parts[-1].end if parts else 0
 
 
-def in_place(target: Path, remote: RemoteFile) -> bool:
-    """The file is in the model directory already: a regular file (not a link) of the right size."""
-    dest = target / remote.path
-    return dest.is_file() and not dest.is_symlink() and dest.stat().st_size == remote.size
-
-
-def _read(path: Path) -> str | None:
+def _entry(target: Dir, relative: str) -> os.stat_result | None:
+    """lstat of `relative` below `target`, reached without following links (None: missing or unreachable)."""
+    parent, _, name = relative.rpartition("/")
     try:
-        return path.read_text()
-    except (FileNotFoundError, UnicodeDecodeError):
+        if not parent:
+            return target.lstat(name)
+        with target.descend(parent) as d:
+            return d.lstat(name)
+    except (FileNotFoundError, NotADirectoryError, UnsafePathError):
         return None
 
 
-def present_bytes(target: Path, remote: RemoteFile) -> int:
+def in_place(target: Dir, remote: RemoteFile) -> bool:
+    """The file is in the model directory already: a regular file (not a link) of the right size."""
+    st = _entry(target, remote.path)
+    return st is not None and stat.S_ISREG(st.st_mode) and st.st_size == remote.size
+
+
+def present_bytes(target: Dir, remote: RemoteFile) -> int:
     """Bytes of `remote` already in `target`: all of it in place, else what its partial file holds."""
     return remote.size if in_place(target, remote) else PartialFile(target, remote, "").resumed
 
 
 @dataclass
 class PartialFile:
-    """One file on its way into place: its partial file, its ranges' progress and its hasher."""
-    target: Path
+    """One file on its way into place: its partial file, its ranges' progress and its hasher. Every name is
+    opened below the model directory's descriptor (`weightkeeper.anchored`), never through a link."""
+    target: Dir
     remote: RemoteFile
     what: str
 
     def __post_init__(self) -> None:
-        self.dest = self.target / self.remote.path
-        self.part = self.target / PARTIAL_DIR / f"{self.remote.path}.part"
-        self.ranges = self.part.with_name(self.part.name + ".ranges")
+        folder, _, self.name = self.remote.path.rpartition("/")
+        self.dest_rel, self.part_rel = folder, f"{PARTIAL_DIR}/{folder}".rstrip("/")
+        self.part_name, self.ranges_name = f"{self.name}.part", f"{self.name}.part.ranges"
+        self.dest_dir: Dir | None = None
+        self.part_dir: Dir | None = None
         self.cond, self.save_lock = threading.Condition(), threading.Lock()
         self.saved_at, self.fd, self.failed = 0.0, -1, False
         self.hash_error: BaseException | None = None
         self.hashed, self.hashing = 0, False  # the digest covers bytes [0, hashed); a thread is adding to it
         self.hasher: threading.Thread | None = None
-        have = self.part.stat().st_size if self.part.is_file() else 0
+        have, saved = 0, None
+        try:
+            with self.target.descend(self.part_rel) as d:
+                st = d.lstat(self.part_name)
+                have = st.st_size if st is not None and stat.S_ISREG(st.st_mode) else 0
+                raw = d.read_small(self.ranges_name)  # bounded; never a FIFO, a link or a device
+                saved = raw.decode(errors="replace") if raw is not None else None
+        except (FileNotFoundError, NotADirectoryError, UnsafePathError):
+            pass
         self.truncate = have > self.remote.size  # a partial file longer than the file: start over
-        self.parts = load_parts(self.remote.size, None if self.truncate else _read(self.ranges),
-                                0 if self.truncate else have)
+        self.parts = load_parts(self.remote.size, None if self.truncate else saved, 0 if self.truncate else have)
         self.resumed = sum(p.done for p in self.parts)
         self.left = sum(not p.complete for p in self.parts)  # ranges not finished yet
 
+    @property
+    def part(self) -> str:
+        return f"{self.target}/{self.part_rel}/{self.part_name}"
+
     def open(self) -> None:
         """Create the directories (never through a symlink), open the partial file, start the hasher."""
-        root = os.path.realpath(self.target)
-        for d in (self.dest.parent, self.part.parent):
-            d.mkdir(parents=True, exist_ok=True)
-            real = os.path.realpath(d)
-            if real != root and not real.startswith(root + os.sep):
-                raise DownloadError(f"{d} leaves the model directory {self.target} through a symlink; "
-                                    "refusing to write", permanent=True)
+        try:
+            self.dest_dir = self.target.descend(self.dest_rel, create=True)
+            self.part_dir = self.target.descend(self.part_rel, create=True)
+        except UnsafePathError as e:
+            raise DownloadError(f"{e}; refusing to write {self.remote.path} into {self.target}", permanent=True) \
+                from None
         self.save(force=True)  # before any range writes past another's start
-        self.fd = os.open(self.part, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        self.fd = self.part_dir.open_regular(self.part_name, os.O_RDWR | os.O_CREAT)
         if self.truncate:
             os.ftruncate(self.fd, 0)
         self.digest = file_hasher(self.remote)
         self.hasher = threading.Thread(target=self._hash, name=f"hash-{self.remote.path}"[:60], daemon=True)
         self.hasher.start()
+
+    def _close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        for d in (self.dest_dir, self.part_dir):
+            if d is not None:
+                d.close()
 
     def save(self, force: bool = False) -> None:
         """Write the ranges' progress (atomically) so another run resumes each range where it stopped."""
@@ -221,15 +249,10 @@ class PartialFile:
             self.saved_at = now
             with self.cond:
                 state = json.dumps({"size": self.remote.size, "parts": [[p.start, p.end, p.done] for p in self.parts]})
-            tmp = self.ranges.with_name(self.ranges.name + ".tmp")
             try:
-                tmp.unlink(missing_ok=True)  # a link planted there is removed, never written through
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-                with os.fdopen(fd, "w") as f:
-                    f.write(state)
-                os.replace(tmp, self.ranges)
+                self.part_dir.write_atomic(self.ranges_name, state.encode())
             except OSError as e:
-                raise DownloadError(f"cannot write {self.ranges}: {e.strerror or e}", permanent=True) from None
+                raise DownloadError(f"cannot write {self.part}.ranges: {e.strerror or e}", permanent=True) from None
 
     def write(self, part: Part, chunk: memoryview) -> None:
         """Write the next bytes of `part` at its offset (and hash them here when they extend the hashed prefix)."""
@@ -302,28 +325,30 @@ class PartialFile:
             self.cond.notify_all()
         if self.hasher:
             self.hasher.join()
-        self.save(force=True)
-        os.close(self.fd)
-        self.fd = -1
+        try:
+            self.save(force=True)
+        finally:
+            self._close()
 
     def finish(self) -> bool:
         """All ranges are written: check the digest and move the file into place. False (partial file
         dropped) when it does not match."""
         if self.hasher:
             self.hasher.join()
-        size = os.fstat(self.fd).st_size
-        os.close(self.fd)
-        self.fd = -1
-        if self.hash_error is not None:
-            raise self.hash_error
-        ok = size == self.remote.size and (self.digest is None or self.digest.hexdigest() ==
-                                             expected_digest(self.remote))
-        if ok:
-            os.replace(self.part, self.dest)
-        else:
-            self.part.unlink(missing_ok=True)
-        self.ranges.unlink(missing_ok=True)
-        return ok
+        try:
+            size = os.fstat(self.fd).st_size
+            if self.hash_error is not None:
+                raise self.hash_error
+            ok = size == self.remote.size and (self.digest is None or self.digest.hexdigest() ==
+                                                 expected_digest(self.remote))
+            if ok:
+                self.part_dir.rename(self.part_name, self.dest_dir, self.name)
+            else:
+                self.part_dir.unlink(self.part_name)
+            self.part_dir.unlink(self.ranges_name)
+            return ok
+        finally:
+            self._close()
 
 
 def _fetch_part(file: PartialFile, part: Part, transfer: Transfer, on_bytes: Callable[[int], None],
@@ -350,7 +375,7 @@ def _fetch_part(file: PartialFile, part: Part, transfer: Transfer, on_bytes: Cal
                         f"({problem}); the partial file is kept and the next attempt resumes it")
 
 
-def _fetch(target: Path, remotes: Sequence[RemoteFile], transfer: Transfer, on_bytes: Callable[[int], None],
+def _fetch(target: Dir, remotes: Sequence[RemoteFile], transfer: Transfer, on_bytes: Callable[[int], None],
            what: str, on_start: Callable[[int], None] = lambda present: None) -> int:
     """Fetch the files not in place, CONNECTIONS ranges at a time; returns bytes transferred.
     `on_start(bytes_present)` is called first with what is already there."""
@@ -421,13 +446,13 @@ def _fetch(target: Path, remotes: Sequence[RemoteFile], transfer: Transfer, on_b
     return counted[0]
 
 
-def fetch_file(target: Path, remote: RemoteFile, transfer: Transfer, on_bytes: Callable[[int], None],
+def fetch_file(target: Dir, remote: RemoteFile, transfer: Transfer, on_bytes: Callable[[int], None],
                what: str) -> int:
     """Fetch one file into place (its ranges in parallel); returns the bytes transferred (0 when already there)."""
     return _fetch(target, [remote], transfer, on_bytes, what)
 
 
-def fetch_files(snapshot: Snapshot, target: Path, transfer: Transfer, on_progress: Callable[[int], None],
+def fetch_files(snapshot: Snapshot, target: Dir, transfer: Transfer, on_progress: Callable[[int], None],
                 deadline: float, what: str) -> int:
     """Fetch every missing file of `snapshot` into `target`, CONNECTIONS ranges at a time; returns bytes
     transferred.
@@ -436,7 +461,6 @@ def fetch_files(snapshot: Snapshot, target: Path, transfer: Transfer, on_progres
     (a cancelled model). Past `deadline` (a `time.monotonic()` value) the download fails.
     Nothing is deleted on failure: the next run resumes from the partial files.
     """
-    target.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
     present = [0]
 

@@ -43,3 +43,7 @@ class DownloadCancelled(WeightkeeperError):
 
 class CleanupError(WeightkeeperError):
     """A path could not be removed; the model is kept and cleanup retried."""
+
+
+class NotOursError(WeightkeeperError):
+    """What stands at a model path is not what weightkeeper made there: it is left alone."""

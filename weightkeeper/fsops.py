@@ -1,113 +1,166 @@
-"""Filesystem side of model directories: size, and guarded removal that never follows a symlink."""
+"""Model directories on a volume: what weightkeeper made there, its size, and its guarded removal.
+
+Everything goes through `weightkeeper.anchored` (directory descriptors, no link followed). A path's
+entry records what weightkeeper made at it (`made`): `LINK`, a directory's `dev:inode`, `LEGACY` for
+entries recorded before that was kept, or None when nothing was made yet. Removal takes only that.
+"""
 
 from __future__ import annotations
 
 import os
-import shutil
+import posixpath
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
+from weightkeeper.anchored import Dir, open_parent, open_path
 from weightkeeper.download import CACHE_DIR, PARTIAL_DIR
-from weightkeeper.errors import CleanupError, UnsafePathError
-from weightkeeper.guard import VolumeRule, check_removable
+from weightkeeper.errors import CleanupError, DownloadError, NotOursError, UnsafePathError
+from weightkeeper.guard import VolumeRule
+
+LINK, LEGACY = "link", "legacy"
+SHOWN_ENTRIES = 5
 
 
-def directory_size(path: str) -> int:
-    """Bytes of regular files below `path`, without its `.cache` and without following symlinks."""
-    total = 0
-    stack = [path]
-    while stack:
-        current = stack.pop()
-        with os.scandir(current) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    if not (current == path and entry.name == CACHE_DIR):
-                        stack.append(entry.path)
-                elif entry.is_file(follow_symlinks=False):
-                    total += entry.stat(follow_symlinks=False).st_size
-    return total
+def directory_size(d: Dir) -> int:
+    """Bytes of regular files below `d`, without its `.cache` and without following symlinks."""
+    return d.size(skip=(CACHE_DIR,))
 
 
-def _check_parents(path: str, volume: VolumeRule) -> None:
-    """No directory between the volume root and `path` may be a symlink (the root itself may)."""
-    parent = os.path.dirname(path)
-    expected = os.path.join(os.path.realpath(volume.root), os.path.relpath(parent, volume.root))
-    if os.path.realpath(parent) != expected:
-        raise UnsafePathError(f"refusing to remove {path!r}: a directory above it inside volume {volume.root} "
-                              "is a symlink")
+def path_size(path: str, volumes: Sequence[VolumeRule]) -> int:
+    """The size of what stands at a model path: its directory, or the shared copy its link names."""
+    parent, name = open_parent(path, volumes)
+    with parent:
+        target = parent.readlink(name)
+        if target is None:
+            with parent.descend(name) as d:
+                return directory_size(d)
+    artifact = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+    with open_path(artifact, volumes, artifact=True) as d:
+        return directory_size(d)
 
 
 def check_writable(path: str, volumes: Iterable[VolumeRule], artifact: bool = False) -> None:
     """What may not be removed is never written: the guard, and no symlinked directory above `path`."""
-    _check_parents(path, check_removable(path, volumes, artifact))
-
-
-def remove_model_files(path: str, files: Iterable[str], volumes: Iterable[VolumeRule]) -> int:
-    """For a directory that held others' files before weightkeeper came: remove only the listed files
-    and weightkeeper's cache, then the directories left empty. Returns how many entries remain."""
-    check_writable(path, volumes)
-    if os.path.islink(path) or not os.path.isdir(path):
-        return 0
-    root = os.path.realpath(path)
     try:
-        for name in files:
-            full = os.path.join(path, name)
-            parent = os.path.realpath(os.path.dirname(full))
-            inside = parent == root or \
-                parent.startswith(root + os.sep)
-            if inside and (os.path.islink(full) or os.path.isfile(full)):
-                os.unlink(full)
-        if os.path.isdir(os.path.join(path, PARTIAL_DIR)):
-            shutil.rmtree(os.path.join(path, PARTIAL_DIR))
-        for current, _dirs, _files in os.walk(path, topdown=False, followlinks=False):
-            if current != path and not os.listdir(current):
-                os.rmdir(current)
-        remaining = len(os.listdir(path))
+        parent, _ = open_parent(path, list(volumes), artifact=artifact)
+    except FileNotFoundError:
+        return  # not made yet: the walk that makes it refuses a link all the same
+    parent.close()
+
+
+def own_directory(parent: Dir, name: str, path: str, made: str | None) -> tuple[Dir, str]:
+    """The model directory `name` in `parent`, made by weightkeeper: (its Dir, what to record as made).
+
+    The directory weightkeeper made before (`made` is its identity) is used as is. A missing one is
+    made; an empty one someone else made is replaced by a new one. A directory that holds anything
+    weightkeeper did not write is refused, naming what it holds: weightkeeper never adopts files.
+    """
+    st = parent.lstat(name)
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        raise DownloadError(f"{path} is a link (to {parent.readlink(name)}), not a directory of its own; move the "
+                            "model to a new path with `weightkeeper model update --subpath`", permanent=True)
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        raise DownloadError(f"{path} exists and is not a directory; remove it or choose another --subpath",
+                            permanent=True)
+    if st is not None:
+        d = parent.descend(name)
+        if made in (LEGACY, d.identity()):
+            return d, made
+        entries = sorted(d.entries())
+        d.close()
+        if entries:
+            shown = ", ".join(entries[:SHOWN_ENTRIES]) + (f" and {len(entries) - SHOWN_ENTRIES} more"
+                                                          if len(entries) > SHOWN_ENTRIES else "")
+            raise DownloadError(f"{path} already holds files weightkeeper did not write ({shown}); weightkeeper "
+                                "never adopts them: empty it or choose another --subpath", permanent=True)
+        try:
+            os.rmdir(name, dir_fd=parent.fd)  # only ever removes an empty directory
+        except OSError as e:
+            raise DownloadError(f"{path} could not be taken over: {e.strerror or e}", permanent=True) from None
+    d = parent.descend(name, create=True)
+    return d, d.identity()
+
+
+def _prune(d: Dir) -> bool:
+    """Remove the directories below `d` left empty; True when `d` itself is empty then."""
+    for name in d.entries():
+        st = d.lstat(name)
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            try:
+                sub = d.descend(name)
+            except (FileNotFoundError, UnsafePathError):
+                continue
+            with sub:
+                empty = _prune(sub)
+            if empty:
+                os.rmdir(name, dir_fd=d.fd)
+    return not d.entries()
+
+
+def remove_model_files(path: str, files: Iterable[str], volumes: Sequence[VolumeRule]) -> int:
+    """For an entry recorded before weightkeeper refused occupied directories (it held others' files then):
+    remove only the listed files and weightkeeper's cache, then the directories left empty. Returns how
+    many entries remain."""
+    try:
+        d = open_path(path, volumes)
+    except FileNotFoundError:
+        return 0
+    try:
+        with d:
+            for name in files:
+                folder, _, leaf = name.rpartition("/")
+                try:
+                    with d.descend(folder) as sub:
+                        st = sub.lstat(leaf)
+                        if st is not None and not stat.S_ISDIR(st.st_mode):
+                            sub.unlink(leaf)
+                except (FileNotFoundError, UnsafePathError):
+                    continue
+            try:
+                with d.descend(CACHE_DIR) as cache:
+                    cache.remove(PARTIAL_DIR.split("/", 1)[1])
+            except (FileNotFoundError, UnsafePathError):
+                pass
+            _prune(d)
+            remaining = len(d.entries())
         if not remaining:
-            os.rmdir(path)
+            parent, name = open_parent(path, volumes)
+            with parent:
+                os.rmdir(name, dir_fd=parent.fd)
         return remaining
     except OSError as e:
         raise CleanupError(f"cannot remove {e.filename or path}: {e.strerror or e}") from None
 
 
-def mount_inside(path: str) -> str | None:
-    """The first directory below `path` that is on another filesystem (a mount point); links are not followed."""
-    device = os.lstat(path).st_dev
-    stack = [path]
-    while stack:
-        with os.scandir(stack.pop()) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    if entry.stat(follow_symlinks=False).st_dev != device:
-                        return entry.path
-                    stack.append(entry.path)
-    return None
+def remove_model_path(path: str, volumes: Sequence[VolumeRule], made: str | None = LEGACY,
+                      artifact: bool = False) -> bool:
+    """Remove what weightkeeper made at a model path (a shared copy with `artifact=True`). False when
+    nothing is there. `NotOursError` when what stands there is not what it made (it is left alone).
 
-
-def remove_model_path(path: str, volumes: Iterable[VolumeRule], artifact: bool = False) -> bool:
-    """Remove a model directory (or the link at its path). Returns False when nothing was there.
-
-    `artifact=True` is for garbage collection of a shared copy and allows nothing else.
-    Checks the guard, then that no parent is a symlink and no mount point is inside, then removes
-    without following links
-    (`shutil.rmtree` uses the fd-based walk on Linux; a link at `path` is unlinked, not followed).
+    The guard first; then the walk from the volume root, which refuses a symlinked directory on the
+    way; a mount point inside refuses the removal before anything is removed; nothing is followed.
     """
-    volume = check_removable(path, volumes, artifact)
-    _check_parents(path, volume)
     try:
-        mode = os.lstat(path).st_mode
+        parent, name = open_parent(path, volumes, artifact=artifact)
     except FileNotFoundError:
         return False
-    check_removable(path, [volume], artifact)  # once more, just before removal
-    try:
-        if stat.S_ISDIR(mode):
-            if not shutil.rmtree.avoids_symlink_attacks:
-                raise CleanupError(f"this platform cannot remove {path} without following symlinks")
-            if mount := mount_inside(path):  # rmtree would empty the mounted filesystem, then fail with EBUSY
-                raise CleanupError(f"{mount} is a mount point inside {path}; nothing was removed: unmount it")
-            shutil.rmtree(path)
-        else:
-            os.unlink(path)
-    except OSError as e:
-        raise CleanupError(f"cannot remove {e.filename or path}: {e.strerror or e}") from None
-    return True
+    with parent:
+        st = parent.lstat(name)
+        if st is None:
+            return False
+        try:
+            if not stat.S_ISDIR(st.st_mode):
+                if not (made == LEGACY or stat.S_ISLNK(st.st_mode) and made in (LINK, None)):
+                    raise NotOursError(f"{path} is not what weightkeeper made there (not a link of its own); "
+                                       "left in place")
+                return parent.unlink(name)
+            with parent.descend(name) as d:
+                ours = made in (LEGACY, d.identity()) or made is None and not d.entries()
+                if not ours:
+                    raise NotOursError(f"{path} is not the directory weightkeeper made there (it was replaced or "
+                                       "never made); left in place")
+                if mount := d.mount_inside():  # removing would empty the mounted filesystem, then fail with EBUSY
+                    raise CleanupError(f"{mount} is a mount point inside {path}; nothing was removed: unmount it")
+            return parent.remove(name)
+        except OSError as e:
+            raise CleanupError(f"cannot remove {e.filename or path}: {e.strerror or e}") from None

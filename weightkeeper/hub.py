@@ -15,7 +15,6 @@ import http.client
 import threading
 import urllib.request
 from collections.abc import Callable
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx2
@@ -30,6 +29,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import build_hf_headers
 
+from weightkeeper.anchored import Dir
 from weightkeeper.download import (
     CONNECTIONS,
     RemoteFile,
@@ -196,7 +196,7 @@ def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str
     return transfer
 
 
-def fetch_snapshot(source: HfSource, snapshot: Snapshot, target: Path, endpoint: str | None, token: str | None,
+def fetch_snapshot(source: HfSource, snapshot: Snapshot, target: Dir, endpoint: str | None, token: str | None,
                    on_progress: Callable[[int], None], deadline: float) -> int:
     """`fetch_files` from the Hub."""
     return fetch_files(snapshot, target, hub_transfer(source, snapshot.commit, endpoint, token), on_progress,

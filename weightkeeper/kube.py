@@ -1,8 +1,11 @@
-"""Kubernetes work pools for workspaces (prefect-kubernetes): the base job template, the job variables
-of one run (the owner's identity, the workspace volume, the token secret), and a cluster's worker.
+"""Kubernetes work pools for workspaces (prefect-kubernetes): the base job template of a workspace's pool,
+the job variables of one run (the owner's identity), and a cluster's worker.
 
-Pure: nothing here talks to a cluster. The Kubernetes worker renders the template with these
-variables through prefect-kubernetes' own `KubernetesWorkerJobConfiguration`.
+The pool's template fixes everything that decides what a job runs and with which access (namespace, image,
+command, service account, volumes, env, resources, cluster) from the workspace's configuration: a run's job
+variables, which anyone who may create flow runs chooses, set only its owner's uid, its name and labels, and
+Prefect's watch and retry settings. Pure: nothing here talks to a cluster. The Kubernetes worker renders the
+template with these variables through prefect-kubernetes' own `KubernetesWorkerJobConfiguration`.
 """
 
 from __future__ import annotations
@@ -11,14 +14,16 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from prefect.utilities.templating import apply_values
+
 from weightkeeper.errors import InvalidInputError
 
 TEMPLATE_PATH = Path(__file__).parent / "kubernetes" / "base-job-template.json"
 VOLUME_NAME = "workspace-volume"
-CONFIG_PATH = "/etc/weightkeeper/config.toml"
 TOKEN_ENV = "HF_TOKEN"  # the key of the token Secret, and the variable the job reads it from
+AUTH_ENV = "PREFECT_API_AUTH_STRING"  # the Prefect credential: the key of its Secret and the variable read from it
 LABEL = "weightkeeper.io"
-WORKER_ENV = ("PREFECT_API_URL",)  # all a worker passes on to its jobs (see `worker_environment`)
+WORKER_ENV = ("PREFECT_API_URL", AUTH_ENV)  # the Prefect settings a worker keeps (see `worker_environment`)
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,7 @@ class KubernetesTarget:
     host_path: str | None = None  # ... or as a directory of the node
     service_account: str = "weightkeeper-jobs"
     token_secret: str | None = None  # Secret in the namespace with key HF_TOKEN, for models with a token
+    prefect_auth_secret: str = "weightkeeper-prefect-auth"  # Secret with key PREFECT_API_AUTH_STRING (if any)
     config_map: str = "weightkeeper-config"  # ConfigMap with weightkeeper's config.toml
     cpu: str | None = None
     memory: str | None = None
@@ -38,51 +44,64 @@ class KubernetesTarget:
     context: str | None = None
 
 
-def base_job_template() -> dict:
-    """The base job template of every workspace pool (prefect-kubernetes' default, plus our variables)."""
-    return json.loads(TEMPLATE_PATH.read_text())
+def base_job_template(target: KubernetesTarget, mount_path: str) -> dict:
+    """The base job template of a workspace's pool: `kubernetes/base-job-template.json` with its
+    `{{ workspace.* }}` filled from `target`, the volume mounted at `mount_path` (the workspace's volume root,
+    so recorded paths are the same in the job). Jobs of a workspace with a `token_secret` get it as their
+    environment (a model without a token does not use it); every job gets the Prefect credential from the
+    `prefect_auth_secret`, never the worker's own copy."""
+    source = {"persistentVolumeClaim": {"claimName": target.volume_claim}} if target.volume_claim \
+        else {"hostPath": {"path": target.host_path, "type": "Directory"}}
+    quantities = {"cpu": target.cpu, "memory": target.memory}
+    fixed = {
+        "namespace": target.namespace, "image": target.image, "service_account_name": target.service_account,
+        "volume": {"name": VOLUME_NAME, **source}, "volume_mount_path": mount_path, "config_map": target.config_map,
+        "env_from": [{"secretRef": {"name": target.token_secret}}] if target.token_secret else [],
+        "resources": {kind: {k: v for k, v in quantities.items() if v} for kind in ("requests", "limits")
+                      if any(quantities.values())},
+        "prefect_auth_secret": target.prefect_auth_secret,
+    }
+    template = json.loads(TEMPLATE_PATH.read_text())
+    template["job_configuration"] = apply_values(template["job_configuration"], {"workspace": fixed},
+                                                 remove_notset=False)
+    return template
 
 
-def job_variables(target: KubernetesTarget, mount_path: str, *, model: str, owner_name: str, owner_uid: int,
+def job_variables(target: KubernetesTarget, *, model: str, owner_name: str, owner_uid: int,
                   needs_token: bool) -> dict:
-    """The job variables of one download or cleanup run: it runs as the model owner (uid, and the
-    owner's group by the user-private-group convention) with the workspace volume mounted at its root."""
+    """The job variables of one download or cleanup run: it runs as the model owner (uid, and the owner's
+    group by the user-private-group convention); the rest of the job is the pool's template."""
     if owner_uid <= 0:
         raise InvalidInputError(f"model {model!r} is owned by uid {owner_uid}: workspace jobs never run as root")
     if needs_token and not target.token_secret:
         raise InvalidInputError(f"model {model!r} needs a Hugging Face token, but its workspace names no "
                                 f"kubernetes.token_secret (a Secret in {target.namespace!r} with key {TOKEN_ENV})")
-    source = {"persistentVolumeClaim": {"claimName": target.volume_claim}} if target.volume_claim \
-        else {"hostPath": {"path": target.host_path, "type": "Directory"}}
-    variables = {
-        "namespace": target.namespace, "image": target.image, "service_account_name": target.service_account,
-        "volume": {"name": VOLUME_NAME, **source}, "volume_mount_path": mount_path, "config_map": target.config_map,
-        "run_as_user": owner_uid, "run_as_group": owner_uid,
-        "env_from": [{"secretRef": {"name": target.token_secret}}] if needs_token else [],
-        "env": {"WEIGHTKEEPER_CONFIG": CONFIG_PATH, **({"WEIGHTKEEPER_TOKEN_ENV": TOKEN_ENV} if needs_token else {})},
-        "labels": {f"{LABEL}/model": model, f"{LABEL}/owner": owner_name, f"{LABEL}/owner-uid": str(owner_uid)},
-    }
-    for key, value in (("cpu_request", target.cpu), ("cpu_limit", target.cpu), ("memory_request", target.memory),
-                       ("memory_limit", target.memory)):
-        if value:
-            variables[key] = value
-    return variables
+    return {"run_as_user": owner_uid, "run_as_group": owner_uid,
+            "labels": {f"{LABEL}/model": model, f"{LABEL}/owner": owner_name, f"{LABEL}/owner-uid": str(owner_uid)}}
+
+
+def secret_env(name: str, secret: str) -> dict:
+    """The variable `name` read from the key of that name in `secret`; unset if the Secret does not exist."""
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": name, "optional": True}}}
 
 
 def worker_environment(environ: dict[str, str]) -> dict[str, str]:
     """The environment to start a Kubernetes worker with.
 
     A worker copies every Prefect setting it was started with into the jobs it creates, so it
-    gets only the API URL: no submitter's `PREFECT_*` setting (a database URL, an API key) and no
-    token ever reaches a job's manifest. Everything else (PATH, HOME, ...) is kept.
+    gets only the API URL and the credential (which the pool's template replaces in every job by a
+    reference to its Secret): no submitter's other `PREFECT_*` setting (a database URL, an API key)
+    and no token ever reaches a job's manifest. Everything else (PATH, HOME, ...) is kept.
     """
     return {k: v for k, v in environ.items()
             if (not k.startswith("PREFECT_") or k in WORKER_ENV) and k not in (TOKEN_ENV, "HUGGING_FACE_HUB_TOKEN")}
 
 
-def worker_manifests(pool: str, namespace: str, api_url: str, image: str) -> list[dict]:
+def worker_manifests(pool: str, namespace: str, api_url: str, image: str,
+                     auth_secret: str = KubernetesTarget.prefect_auth_secret) -> list[dict]:
     """A cluster's worker for one workspace pool: its ServiceAccount, a Role limited to Jobs and Pods
-    in the workspace namespace, the binding, the jobs' ServiceAccount (no API access) and the Deployment."""
+    in the workspace namespace, the binding, the jobs' ServiceAccount (no API access) and the Deployment.
+    The worker reads the Prefect credential from `auth_secret` (key PREFECT_API_AUTH_STRING), if it exists."""
     name = f"weightkeeper-worker-{pool}"[:63]
     meta = {"name": name, "namespace": namespace, "labels": {f"{LABEL}/pool": pool}}
     return [
@@ -105,7 +124,7 @@ def worker_manifests(pool: str, namespace: str, api_url: str, image: str) -> lis
                 "containers": [{
                     "name": "worker", "image": image,
                     "args": ["prefect", "worker", "start", "--pool", pool, "--type", "kubernetes"],
-                    "env": [{"name": "PREFECT_API_URL", "value": api_url}],
+                    "env": [{"name": "PREFECT_API_URL", "value": api_url}, secret_env(AUTH_ENV, auth_secret)],
                     "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
                     "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
                 }]}}}},

@@ -99,15 +99,21 @@ def parse_source(source: str) -> HfSource | S3Source:
         raise InvalidInputError("a model source is required, e.g. hf://Qwen/Qwen2.5-0.5B-Instruct@main")
     text = source.strip()
     if text.startswith("s3://"):
-        return parse_s3_uri(text)
+        parsed = parse_s3_uri(text)
+        if len(parsed.repo_id) > 255:
+            raise InvalidInputError(f"invalid S3 source {text[:80]!r}...: its last segment names a directory and "
+                                    "must be at most 255 characters")
+        return parsed
     if "://" in text:
         scheme, _, text = text.partition("://")
         if scheme != "hf":
             raise InvalidInputError(f"unsupported source scheme {scheme!r} in {source!r}: use hf://owner/name[@revision] "
                                     "or s3://bucket/prefix/")
     repo_id, at, revision = text.partition("@")
-    if at and (not revision or any(c.isspace() for c in revision) or ".." in revision or revision.startswith("/")):
-        raise InvalidInputError(f"invalid revision {revision!r} in {source!r}")
+    if at and (not revision or len(revision) > 255 or not revision.isprintable() or any(c.isspace() for c in revision)
+               or ".." in revision or revision.startswith("/")):
+        raise InvalidInputError(f"invalid revision {revision[:80]!r} in {source[:120]!r}: use a branch, tag or "
+                                "commit of at most 255 printable characters, without spaces or '..'")
     parts = repo_id.split("/")
     if not 1 <= len(parts) <= 2:
         raise InvalidInputError(f"invalid Hugging Face repository {repo_id!r}: expected owner/name")
@@ -136,6 +142,9 @@ def validate_subpath(subpath: str | None) -> str | None:
         )
     if ARTIFACTS_DIR in segments:
         raise InvalidInputError(f"invalid subpath {subpath!r}: {ARTIFACTS_DIR!r} holds the shared copies")
+    if any(s.startswith(".") for s in segments):
+        raise InvalidInputError(f"invalid subpath {subpath!r}: a segment starting with '.' (such as .cache) is "
+                                "where weightkeeper and other tools keep their own files")
     return subpath
 
 

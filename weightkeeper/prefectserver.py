@@ -8,6 +8,11 @@ stale read snapshot), answered 503, and Prefect's client sleeps 2 s. Here they b
 take the write lock first, so a second writer waits its turn under the busy timeout. PostgreSQL is
 unaffected. Concurrency-slot leases are kept on disk (unless `PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE`
 says otherwise), so a restart leaks no slot.
+
+Authentication: Prefect's basic auth (`PREFECT_SERVER_API_AUTH_STRING` on the server, `PREFECT_API_AUTH_STRING`
+in clients). `prefect_api` turns it on whenever the server listens beyond loopback (and on request), with the
+credential of `prefect_credential`, passed to processes in their environment only; `start_server` refuses to
+listen beyond loopback without it.
 """
 
 from __future__ import annotations
@@ -15,9 +20,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import ipaddress
 import os
+import secrets
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -32,6 +40,10 @@ from weightkeeper.errors import WeightkeeperError
 LEASE_STORAGE = "prefect.server.concurrency.lease_storage.filesystem"
 START_SECONDS = 90
 PARENT_ENV = "WEIGHTKEEPER_PREFECT_SERVER_PARENT"  # set by `prefect_api`: the server exits when that process is gone
+LOOPBACK = "127.0.0.1"
+AUTH_ENV = "PREFECT_API_AUTH_STRING"  # the operator's credential, if set; what Prefect clients send
+SERVER_AUTH_ENV = "PREFECT_SERVER_API_AUTH_STRING"  # what Prefect's server requires
+AUTH_FILE = "prefect-auth"  # under weightkeeper's home: the credential generated when the operator set none
 
 
 def queue_sqlite_writes() -> None:
@@ -74,6 +86,65 @@ def main() -> None:
     app()
 
 
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and localhost; any other host (0.0.0.0, a name, an address) is reachable from
+    elsewhere."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def needs_auth(host: str, always: bool = False) -> bool:
+    """Whether the Prefect server started here requires the credential: beyond loopback always, on loopback when
+    asked to (`always`) or when the operator set `PREFECT_API_AUTH_STRING`."""
+    return always or bool(os.environ.get(AUTH_ENV)) or not is_loopback(host)
+
+
+def prefect_credential(home: Path) -> str:
+    """The credential (`user:password`) of the Prefect server started here: `PREFECT_API_AUTH_STRING` if the
+    operator set it, else `home/prefect-auth`, generated once (random, mode 0600). Never printed or logged."""
+    if value := os.environ.get(AUTH_ENV):
+        return value
+    path = home / AUTH_FILE
+    home.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return _read_credential(path)
+    value = f"weightkeeper:{secrets.token_urlsafe(32)}"
+    with os.fdopen(fd, "w") as f:
+        f.write(value)
+    return value
+
+
+def _read_credential(path: Path) -> str:
+    problem = f"the Prefect credential {path} must be a regular file of this user with mode 0600"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as e:
+        raise WeightkeeperError(f"{problem}: {e.strerror}; remove it and a new one is made") from None
+    with os.fdopen(fd) as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise WeightkeeperError(f"{problem}: chmod 600 it, or remove it and a new one is made")
+        value = f.read().strip()
+    if not value:
+        raise WeightkeeperError(f"the Prefect credential {path} is empty; remove it and a new one is made")
+    return value
+
+
+def connect_host(host: str) -> str:
+    """The address clients on this machine use for a server listening on `host` (a wildcard: loopback)."""
+    if host in ("0.0.0.0", ""):
+        return LOOPBACK
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
 def healthy(api_url: str) -> bool:
     try:
         return httpx.get(f"{api_url}/health", timeout=2).status_code == 200
@@ -87,11 +158,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def port_free(port: int) -> bool:
-    with socket.socket() as s:
+def port_free(port: int, host: str = LOOPBACK) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind(("127.0.0.1", port))
+            s.bind((host, port))
         except OSError:
             return False
         return True
@@ -118,13 +189,17 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def start_server(port: int, log: Path, env: dict[str, str]) -> subprocess.Popen:
-    """`python -m weightkeeper.prefectserver` on 127.0.0.1:`port`, returned once it answers; stopped again if it
-    does not start within START_SECONDS or the wait is interrupted."""
-    server = spawn(["weightkeeper.prefectserver", "--host", "127.0.0.1", "--port", str(port)], log, env)
+def start_server(port: int, log: Path, env: dict[str, str], host: str = LOOPBACK) -> subprocess.Popen:
+    """`python -m weightkeeper.prefectserver` on `host`:`port`, returned once it answers; stopped again if it
+    does not start within START_SECONDS or the wait is interrupted. Beyond loopback only with a credential
+    (`PREFECT_SERVER_API_AUTH_STRING` in `env`)."""
+    if not is_loopback(host) and not env.get(SERVER_AUTH_ENV):
+        raise WeightkeeperError(f"refusing to start the Prefect server on {host} without authentication: "
+                                f"{SERVER_AUTH_ENV} is not set; listen on 127.0.0.1 or set it")
+    server = spawn(["weightkeeper.prefectserver", "--host", host, "--port", str(port)], log, env)
     try:
         deadline = time.monotonic() + START_SECONDS
-        while not healthy(f"http://127.0.0.1:{port}/api"):
+        while not healthy(f"http://{connect_host(host)}:{port}/api"):
             if server.poll() is not None or time.monotonic() > deadline:
                 raise WeightkeeperError(f"the Prefect server did not start; see {log}")
             time.sleep(0.2)
@@ -135,11 +210,12 @@ def start_server(port: int, log: Path, env: dict[str, str]) -> subprocess.Popen:
 
 
 @contextlib.contextmanager
-def prefect_api(home: Path, port: int | None = None) -> Iterator[str]:
+def prefect_api(home: Path, port: int | None = None, host: str = LOOPBACK, always_auth: bool = False) -> Iterator[str]:
     """The Prefect API URL, in effect for this context: `PREFECT_API_URL` if set, else a server started here
-    (on `port`, or a free one; its log in `home/logs/prefect-server.log`) and stopped at exit, or when this
-    process dies. It replaces Prefect's ephemeral server, which would run Prefect's stock SQLite transactions."""
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    (on `host`:`port`, or a free loopback port; its log in `home/logs/prefect-server.log`) and stopped at exit,
+    or when this process dies. It replaces Prefect's ephemeral server, which would run Prefect's stock SQLite
+    transactions. The server requires `prefect_credential` when `needs_auth`; clients in this context send it."""
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
     if url := PREFECT_API_URL.value():
         try:  # any answer will do: a Prefect Cloud workspace may want credentials even here
@@ -148,17 +224,23 @@ def prefect_api(home: Path, port: int | None = None) -> Iterator[str]:
             raise WeightkeeperError(f"the Prefect server at {url} (PREFECT_API_URL) does not answer: {e}") from None
         yield url
         return
-    if port and not port_free(port):
+    if port and not port_free(port, host):
         raise WeightkeeperError(f"port {port} is in use: to use the Prefect server there, set PREFECT_API_URL; "
                                 f"else pick another port")
     port = port or free_port()
-    url = f"http://127.0.0.1:{port}/api"
-    server = start_server(port, home / "logs" / "prefect-server.log",
-                          dict(os.environ, **{PARENT_ENV: str(os.getpid())}))
+    url = f"http://{connect_host(host)}:{port}/api"
+    env = dict(os.environ, **{PARENT_ENV: str(os.getpid())})
+    env.setdefault("PREFECT_UI_API_URL", "/api")  # the UI asks the server that serves it, whatever its address
+    env.pop(SERVER_AUTH_ENV, None)  # the server requires exactly what `needs_auth` decides
+    credential = prefect_credential(home) if needs_auth(host, always_auth) else None
+    if credential:
+        env[SERVER_AUTH_ENV] = credential
+    server = start_server(port, home / "logs" / "prefect-server.log", env, host)
     stop_server = functools.partial(stop, server)
     atexit.register(stop_server)  # also when an interrupt abandons a thread that is still inside this context
+    client_settings = {PREFECT_API_URL: url, **({PREFECT_API_AUTH_STRING: credential} if credential else {})}
     try:
-        with temporary_settings({PREFECT_API_URL: url}):
+        with temporary_settings(client_settings):
             try:
                 yield url
             finally:

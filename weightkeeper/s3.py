@@ -13,7 +13,7 @@ import re
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from typing import BinaryIO
 
 import boto3
 from boto3.s3.transfer import TransferConfig
@@ -22,6 +22,7 @@ from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, Inc
 from urllib3.exceptions import ProtocolError
 
 from weightkeeper.config import S3Settings
+from weightkeeper.anchored import Dir
 from weightkeeper.download import (
     CONNECTIONS,
     RemoteFile,
@@ -132,7 +133,7 @@ def s3_transfer(client, uri: str) -> Transfer:
     return transfer
 
 
-def fill_from_s3(client, uri: str, snapshot: Snapshot, target: Path, on_progress: Callable[[int], None],
+def fill_from_s3(client, uri: str, snapshot: Snapshot, target: Dir, on_progress: Callable[[int], None],
                  deadline: float) -> int:
     """`fetch_files` from the staged (or source) prefix `uri`."""
     return fetch_files(snapshot, target, s3_transfer(client, uri), on_progress, deadline, uri)
@@ -151,12 +152,13 @@ def staged(client, bucket: str, key: str, remote: RemoteFile) -> bool:
     return head["ContentLength"] == remote.size and head.get("Metadata", {}).get(DIGEST_KEY) == expected_digest(remote)
 
 
-def stage_snapshot(client, uri: str, snapshot: Snapshot, fetch_one: Callable[[RemoteFile], Path],
+def stage_snapshot(client, uri: str, snapshot: Snapshot,
+                   fetch_one: Callable[[RemoteFile], tuple[BinaryIO, Callable[[], None]]],
                    on_progress: Callable[[int], None]) -> tuple[int, int]:
     """Upload every file of `snapshot` under `uri` that is not staged yet; returns (uploaded, skipped) files.
 
-    `fetch_one(file)` puts a verified local copy of the file on disk and returns its path; it is
-    removed once uploaded. `on_progress(bytes_staged)` may raise to stop (a deleted model).
+    `fetch_one(file)` puts a verified local copy of the file on disk and returns it open, with the
+    function that removes it once uploaded. `on_progress(bytes_staged)` may raise to stop (a deleted model).
     """
     bucket, prefix = split_uri(uri)
     lock = threading.Lock()
@@ -175,17 +177,18 @@ def stage_snapshot(client, uri: str, snapshot: Snapshot, fetch_one: Callable[[Re
         if staged(client, bucket, key, remote):
             add(remote.size, "skipped")
             return
-        local = fetch_one(remote)
+        local, remove = fetch_one(remote)
         try:
-            client.upload_file(str(local), bucket, key, ExtraArgs={"Metadata": {DIGEST_KEY: expected_digest(remote)}},
-                               Config=TRANSFER, Callback=add)
+            with local:
+                client.upload_fileobj(local, bucket, key, Config=TRANSFER, Callback=add,
+                                      ExtraArgs={"Metadata": {DIGEST_KEY: expected_digest(remote)}})
         except (BotoCoreError, ClientError) as e:
             raise s3_error(e, f"s3://{bucket}/{key}") from None
         except Exception as e:  # noqa: BLE001 - boto3 wraps client errors in S3UploadFailedError
             if isinstance(e.__cause__ or e.__context__, (BotoCoreError, ClientError)):
                 raise s3_error(e.__cause__ or e.__context__, f"s3://{bucket}/{key}") from None
             raise
-        local.unlink(missing_ok=True)
+        remove()
         add(0, "uploaded")
 
     with ThreadPoolExecutor(max_workers=CONNECTIONS, thread_name_prefix="stage") as pool:

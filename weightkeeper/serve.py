@@ -1,6 +1,10 @@
 """`weightkeeper serve`: everything needed to run weightkeeper from the Prefect UI, on schedules and over
 the API, on one host: a Prefect server (`weightkeeper.prefectserver`, unless `PREFECT_API_URL` names one),
-the download limit, the work pools, every deployment, one process worker per pool, and the REST API."""
+the download limit, the work pools, every deployment, one process worker per pool, and the REST API.
+
+The Prefect server holds Secret blocks and starts any deployment: beyond loopback (and with `prefect_auth`)
+it requires the credential of `weightkeeper.prefectserver.prefect_credential`, which the workers and this
+process's own clients get in their environment or settings, never on a command line."""
 
 from __future__ import annotations
 
@@ -11,14 +15,18 @@ import sys
 import time
 
 from weightkeeper.config import Settings
-from weightkeeper.errors import WeightkeeperError
-from weightkeeper.prefectserver import prefect_api, spawn, stop
+from weightkeeper.errors import InvalidInputError, WeightkeeperError
+from weightkeeper.prefectserver import AUTH_ENV, AUTH_FILE, LOOPBACK, prefect_api, spawn, stop
 
 
 def start_workers(settings: Settings, api_url: str) -> list[subprocess.Popen]:
     """One process worker per work pool of this host (a Kubernetes pool's worker runs in its cluster:
-    `weightkeeper kubernetes worker-manifests`)."""
+    `weightkeeper kubernetes worker-manifests`). They get the Prefect credential in their environment."""
+    from prefect.settings import PREFECT_API_AUTH_STRING
+
     env = dict(os.environ, PREFECT_API_URL=api_url)
+    if credential := PREFECT_API_AUTH_STRING.value():
+        env[AUTH_ENV] = credential
     if settings.config_path:
         env["WEIGHTKEEPER_CONFIG"] = str(settings.config_path)
     return [spawn(["prefect", "worker", "start", "--pool", pool, "--type", "process", "--name", f"{pool}-worker"],
@@ -26,21 +34,27 @@ def start_workers(settings: Settings, api_url: str) -> list[subprocess.Popen]:
             for pool in settings.pools if pool not in settings.kubernetes_pools]
 
 
-def serve(settings: Settings, port: int, api_host: str, api_port: int | None) -> int:
-    """Serve until interrupted; the API in the foreground unless `api_port` is None."""
+def serve(settings: Settings, port: int, api_host: str, api_port: int | None, prefect_host: str | None = None,
+          prefect_auth: bool = False) -> int:
+    """Serve until interrupted; the API in the foreground unless `api_port` is None. The Prefect server started
+    here listens on `prefect_host` (default loopback); `prefect_auth` requires its credential on loopback too."""
     import uvicorn
+    from prefect.settings import PREFECT_API_URL
 
     from weightkeeper.api import create_app
     from weightkeeper.deployments import apply_deployments
 
+    if PREFECT_API_URL.value() and (prefect_host or prefect_auth):
+        raise InvalidInputError("--prefect-host and --prefect-auth set up the Prefect server that serve starts, but "
+                                "PREFECT_API_URL names one: unset it, or drop the options")
     # A supervisor stops services with SIGTERM; make it unwind the `finally`s so no worker or server is left
     # behind (uvicorn re-raises the signal after its own shutdown, which would otherwise kill us on the spot).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    with prefect_api(settings.home, port) as url:
+    with prefect_api(settings.home, port, prefect_host or LOOPBACK, prefect_auth) as url:
         names = apply_deployments(settings)
         workers = start_workers(settings, url)
-        print(f"Prefect API {url}; deployments: {', '.join(names)}; workers for {', '.join(settings.pools)} "
-              f"(logs in {settings.home / 'logs'})", flush=True)
+        print(f"Prefect API {url}{_credential_note(settings)}; deployments: {', '.join(names)}; workers for "
+              f"{', '.join(settings.pools)} (logs in {settings.home / 'logs'})", flush=True)
         try:
             if api_port is None:
                 while all(w.poll() is None for w in workers):
@@ -51,3 +65,14 @@ def serve(settings: Settings, port: int, api_host: str, api_port: int | None) ->
             for worker in workers:
                 stop(worker)
     return 0
+
+
+def _credential_note(settings: Settings) -> str:
+    """Where the credential in effect comes from (never the credential)."""
+    from prefect.settings import PREFECT_API_AUTH_STRING
+
+    if not PREFECT_API_AUTH_STRING.value():
+        return ""
+    if os.environ.get(AUTH_ENV):
+        return f" (credential: ${AUTH_ENV})"
+    return f" (credential: {settings.home / AUTH_FILE})"

@@ -5,7 +5,15 @@ from __future__ import annotations
 from weightkeeper.config import Settings
 from weightkeeper.errors import InvalidInputError, UnsafePathError
 from weightkeeper.guard import check_removable
-from weightkeeper.layout import S3Source, parse_source, validate_model_name, validate_policy, validate_subpath
+from weightkeeper.layout import (
+    MODEL_NAME,
+    HfSource,
+    S3Source,
+    parse_source,
+    validate_model_name,
+    validate_policy,
+    validate_subpath,
+)
 from weightkeeper.planning import Plan, plan_paths
 from weightkeeper.registry import Model, ModelSpec, Registry, open_registry
 
@@ -18,6 +26,19 @@ def _guarded(settings: Settings, plan: Plan) -> Plan:
         except UnsafePathError as e:
             raise InvalidInputError(f"workspace {p.workspace!r} would get an unsafe path: {e}") from None
     return plan
+
+
+def _check_source_and_token(settings: Settings, parsed: HfSource | S3Source, token_block: str | None) -> None:
+    """Refuse weightkeeper's own staging prefix as a source (or a prefix holding it): it holds other models'
+    staged copies, which such a model would read and keep from being deleted. Token blocks are block names."""
+    if token_block and not MODEL_NAME.fullmatch(token_block):
+        raise InvalidInputError(f"invalid token block name {token_block[:80]!r}: a Prefect block name is 1-63 "
+                                "lowercase letters, digits and '-'")
+    if isinstance(parsed, S3Source) and settings.s3 is not None:
+        staging = f"s3://{settings.s3.bucket}/{settings.s3.prefix}/"
+        if parsed.uri.startswith(staging) or staging.startswith(parsed.uri):
+            raise InvalidInputError(f"source {parsed.uri} overlaps weightkeeper's staging prefix {staging}, which "
+                                    "holds the staged copies of other models; use a prefix outside it")
 
 
 def registry_for(settings: Settings) -> Registry:
@@ -41,6 +62,7 @@ def declare_model(settings: Settings, registry: Registry, *, name: str, source: 
     download_policy = validate_policy(download_policy)
     if token_block is not None and not token_block.strip():
         raise InvalidInputError("--token-block needs the name of a Prefect Secret block")
+    _check_source_and_token(settings, parsed, token_block)
     if not settings.workspaces:
         where = settings.config_path or "$WEIGHTKEEPER_CONFIG"
         raise InvalidInputError(f"no workspaces are declared; add [[workspaces]] to {where}")

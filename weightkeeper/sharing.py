@@ -1,54 +1,61 @@
-"""Filesystem side of shared copies: the ready marker, the per-snapshot file lock, links, the link scan."""
+"""Filesystem side of shared copies: the ready marker, the per-snapshot file lock, links, the link scan.
+
+Everything goes through `weightkeeper.anchored`: a copy is a `Dir` opened from its volume root.
+"""
 
 from __future__ import annotations
 
 import fcntl
 import os
-import shutil
+import posixpath
 import stat
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
+from weightkeeper.anchored import Dir, open_under, volume_of
 from weightkeeper.download import PARTIAL_DIR
+from weightkeeper.errors import UnsafePathError
+from weightkeeper.guard import VolumeRule
 from weightkeeper.layout import ARTIFACTS_DIR
 
-READY_MARKER = f"{PARTIAL_DIR}/ready"
+READY_MARKER = "ready"  # in the copy's PARTIAL_DIR
 LOCKS_DIR = ".locks"
 
 
-def is_ready(artifact: str, commit: str) -> bool:
+def is_ready(copy: Dir, commit: str) -> bool:
     """The marker is written only after a full verification of the copy."""
     try:
-        return Path(artifact, READY_MARKER).read_text().strip() == commit
-    except OSError:
+        with copy.descend(PARTIAL_DIR) as d:
+            raw = d.read_small(READY_MARKER, 64)
+    except (FileNotFoundError, UnsafePathError):
         return False
+    return raw is not None and raw.decode(errors="replace").strip() == commit
 
 
-def mark_ready(artifact: str, commit: str) -> None:
-    marker = Path(artifact, READY_MARKER)
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text(commit + "\n")
+def mark_ready(copy: Dir, commit: str) -> None:
+    with copy.descend(PARTIAL_DIR, create=True) as d:
+        d.write_atomic(READY_MARKER, (commit + "\n").encode())
 
 
-def unmark_ready(artifact: str) -> None:
-    Path(artifact, READY_MARKER).unlink(missing_ok=True)
-
-
-def lock_path(artifact: str) -> Path:
-    """`<models root>/_artifacts/.locks/<repo dir>--<commit>.lock`, next to the copies."""
-    commit_dir = Path(artifact)
-    return commit_dir.parent.parent / LOCKS_DIR / f"{commit_dir.parent.name}--{commit_dir.name}.lock"
+def unmark_ready(copy: Dir) -> None:
+    try:
+        with copy.descend(PARTIAL_DIR) as d:
+            d.unlink(READY_MARKER)
+    except (FileNotFoundError, UnsafePathError):
+        pass
 
 
 @contextmanager
-def file_lock(path: Path, on_wait: Callable[[], None], poll: float = 1.0) -> Iterator[None]:
-    """An exclusive `flock` on `path`, for processes on hosts that share the volume. The kernel drops
-    it when its holder dies; `on_wait` runs while another holder has it (and may raise to give up)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+def file_lock(artifact: str, volumes: Iterable[VolumeRule], on_wait: Callable[[], None],
+              poll: float = 1.0) -> Iterator[None]:
+    """An exclusive `flock` on `<models root>/_artifacts/.locks/<repo dir>--<commit>.lock`, for processes on
+    hosts that share the volume. The kernel drops it when its holder dies; `on_wait` runs while another
+    holder has it (and may raise to give up)."""
+    volume, relative = volume_of(artifact, volumes)
+    artifacts, repo_dir, commit = relative.rsplit("/", 2)
+    with open_under(volume.root, f"{artifacts}/{LOCKS_DIR}", create=True) as locks:
+        fd = locks.open_regular(f"{repo_dir}--{commit}.lock", os.O_RDWR | os.O_CREAT)
     try:
         while True:
             try:
@@ -62,54 +69,41 @@ def file_lock(path: Path, on_wait: Callable[[], None], poll: float = 1.0) -> Ite
         os.close(fd)
 
 
-def make_link(path: str, target: str) -> None:
-    """Point `path` at `target` (relative) atomically: a temporary link renamed into place."""
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.link")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    os.symlink(target, tmp)
-    os.replace(tmp, path)
-
-
-def links_to(path: str, artifact: str) -> bool:
-    return os.path.islink(path) and os.path.realpath(path) == os.path.realpath(artifact)
-
-
-def adoption_problem(path: str, artifact: str) -> str | None:
-    """Why an existing `path` cannot become a link to the shared copy (None when it can)."""
-    if not os.path.lexists(path) or links_to(path, artifact):
-        return None
-    if os.path.isdir(path) and not os.path.islink(path) and not any(os.scandir(path)):
-        return None
-    return f"{path} already holds files, so it keeps its own copy instead of linking to the shared one"
-
-
-def links_into(models_root: str, artifact: str) -> list[str]:
-    """Every symlink under the models root (outside `_artifacts`) that resolves into `artifact`."""
-    target = os.path.realpath(artifact)
+def links_into(artifact: str, volumes: Iterable[VolumeRule]) -> list[str]:
+    """Every symlink under the copy's models root (outside `_artifacts`) whose target, read from where it
+    stands without following any other link, is inside `artifact`."""
+    volume, relative = volume_of(artifact, volumes)
     found = []
-    for current, dirs, files in os.walk(models_root, followlinks=False):
-        if current == models_root and ARTIFACTS_DIR in dirs:
-            dirs.remove(ARTIFACTS_DIR)
-        for name in dirs + files:
-            full = os.path.join(current, name)
-            if os.path.islink(full):
-                resolved = os.path.realpath(full)
-                if resolved == target or resolved.startswith(target + os.sep):
-                    found.append(full)
+    with open_under(volume.root, relative.rsplit("/", 3)[0]) as models_root:
+        for current, names in models_root.walk(skip=(ARTIFACTS_DIR,)):
+            for name in names:
+                target = current.readlink(name)
+                resolved = target and posixpath.normpath(posixpath.join(current.where, target))
+                if resolved and (resolved == artifact or resolved.startswith(artifact + "/")):
+                    found.append(current.path(name))
     return found
 
 
-def discard(root: str, relative: str) -> None:
+def discard(copy: Dir, relative: str) -> None:
     """Remove one damaged entry of a copy (file, link or directory), never following a link: if a
     directory on the way is a symlink, that link itself is what gets removed."""
-    current = root
-    for part in relative.split("/"):
-        current = os.path.join(current, part)
-        try:
-            mode = os.lstat(current).st_mode
-        except FileNotFoundError:
-            return
-        if stat.S_ISLNK(mode) or not stat.S_ISDIR(mode):
-            os.unlink(current)
-            return
-    shutil.rmtree(current)
+    parts = relative.split("/")
+    current = Dir(os.dup(copy.fd), copy.where)
+    try:
+        for part in parts[:-1]:
+            st = current.lstat(part)
+            if st is None:
+                return
+            if not stat.S_ISDIR(st.st_mode):
+                current.unlink(part)
+                return
+            try:
+                child = current.descend(part)
+            except UnsafePathError:
+                current.unlink(part)
+                return
+            current.close()
+            current = child
+        current.remove(parts[-1])
+    finally:
+        current.close()

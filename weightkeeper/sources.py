@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
+from weightkeeper.anchored import Dir
 from weightkeeper.config import Settings
 from weightkeeper.download import Snapshot
 from weightkeeper.hub import fetch_snapshot
@@ -30,7 +30,7 @@ def s3_uri(settings: Settings, source: str, staging_uri: str | None) -> str | No
 
 
 def fetch_model_files(settings: Settings, source: str, staging_uri: str | None, token_block: str | None,
-                      snapshot: Snapshot, target: Path, on_progress: Callable[[int], None], deadline: float) -> int:
+                      snapshot: Snapshot, target: Dir, on_progress: Callable[[int], None], deadline: float) -> int:
     """Fetch the snapshot's missing files into `target` from S3 when the model has it there, else the Hub."""
     if uri := s3_uri(settings, source, staging_uri):
         return fill_from_s3(s3_client(settings), uri, snapshot, target, on_progress, deadline)

@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import select
 
 from weightkeeper.errors import NotFoundError
-from weightkeeper.registry.common import DELETING, FAILED, READY, _utc, utcnow
+from weightkeeper.registry.common import DELETING, FAILED, READY, _utc, scrub_message, utcnow
 from weightkeeper.registry.schema import ArtifactRow, LocalPathRow, ModelRow
 
 A_PENDING, A_DOWNLOADING, A_READY, A_REPAIRING, A_FAILED = "Pending", "Downloading", "Ready", "Repairing", "Failed"
@@ -113,7 +113,7 @@ class ArtifactOps:
             row = self._artifact(s, artifact_id)
             if holder is not None and row.holder not in (None, holder.run):
                 return
-            row.state, row.message, row.updated_at = state, message, utcnow()
+            row.state, row.message, row.updated_at = state, scrub_message(message), utcnow()
             if size_bytes is not None:
                 row.size_bytes = size_bytes
             if verified:
@@ -130,6 +130,7 @@ class ArtifactOps:
     def set_users(self, artifact_id: int, status: str, message: str) -> list[str]:
         """Set the status of every live path linked to a copy (Failed during repair, Ready after) and
         the phase of their models to match; returns the models touched."""
+        message = scrub_message(message)
         with self._tx() as s:
             rows = s.scalars(select(LocalPathRow).where(LocalPathRow.artifact_id == artifact_id)).all()
             touched = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -11,6 +12,16 @@ from pathlib import Path
 PENDING, DOWNLOADING, READY, FAILED, DELETING = "Pending", "Downloading", "Ready", "Failed", "Deleting"
 STAGING = "Staging"
 WAITING, CLEANING = "Waiting", "Cleaning"
+MESSAGE_LIMIT = 2000
+_URL = re.compile(r"(https?://)(?:[^\s/?#@'\"<>]*@)?([^\s?#'\"<>]*)([?#][^\s'\"<>]*)?", re.IGNORECASE)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def scrub_message(text: str) -> str:
+    """A message as the registry stores it: URLs lose their user info, query and fragment (signed URLs carry
+    credentials there), control characters become '?', and it is cut to `MESSAGE_LIMIT` characters."""
+    text = _CONTROL.sub("?", _URL.sub(lambda m: m[1] + m[2] + ("?…" if m[3] else ""), text))
+    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"
 
 
 def utcnow() -> datetime:

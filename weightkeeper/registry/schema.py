@@ -74,6 +74,7 @@ class LocalPathRow(Leased, Base):
     verified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # last full hash of an own copy
     retired: Mapped[bool] = mapped_column(Boolean, default=False)  # the model moved away: clean this path
     adopted: Mapped[bool] = mapped_column(Boolean, default=False)  # held others' files before the first claim
+    made: Mapped[str | None] = mapped_column(String(64))  # what weightkeeper made at the path (see fsops)
     failover_attempts: Mapped[int] = mapped_column(Integer, default=0)  # moves to another workspace of the cluster
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 

@@ -19,12 +19,12 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import create_engine, delete, event, select, text
+from sqlalchemy import create_engine, delete, event, or_, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
-from weightkeeper.errors import ConflictError, NotFoundError
+from weightkeeper.errors import ConflictError, InvalidInputError, NotFoundError
 from weightkeeper.layout import REUSE_IF_EXISTS
 from weightkeeper.planning import Plan, path_decision
 from weightkeeper.registry.artifacts import ArtifactOps
@@ -39,9 +39,10 @@ from weightkeeper.registry.common import (
     Holder,
     _iso,
     _utc,
+    scrub_message,
     utcnow,
 )
-from weightkeeper.registry.schema import LocalPathRow, ModelRow
+from weightkeeper.registry.schema import ArtifactRow, LocalPathRow, ModelRow
 
 
 @dataclass
@@ -63,6 +64,7 @@ class LocalPath:
     retired: bool
     adopted: bool
     failover_attempts: int = 0
+    made: str | None = None  # what weightkeeper made at the path: `fsops.LINK`, a directory's dev:inode, ...
 
     def to_json(self, shared: dict | None = None) -> dict:
         out = {"workspace": self.workspace, "cluster": self.cluster, "path": self.path, "status": self.status,
@@ -155,7 +157,7 @@ def _holder(row) -> Holder | None:
 def _path_view(row: LocalPathRow) -> LocalPath:
     return LocalPath(row.id, row.workspace, row.cluster, row.path, row.status, row.message, row.size_bytes,
                      row.bytes_done, row.bytes_total, row.owned, row.artifact_id, _holder(row), _utc(row.heartbeat_at),
-                     _utc(row.verified_at), row.retired, row.adopted, row.failover_attempts)
+                     _utc(row.verified_at), row.retired, row.adopted, row.failover_attempts, row.made)
 
 
 def _view(row: ModelRow) -> Model:
@@ -262,6 +264,26 @@ class Registry(ArtifactOps, RunOps):
                 if not (sharing and phase != DELETING and policy == REUSE_IF_EXISTS and repo == exclude.repo_id
                         and commit in (None, their_commit))]
 
+    @staticmethod
+    def _nested(session: Session, cluster: str, path: str, exclude: ModelRow | ModelSpec | None) -> str | None:
+        """Another model (live or deleting) or a shared copy whose path on `cluster` is inside `path` or
+        contains it: deleting the outer one would remove the inner. Its name (or the copy's path), or None."""
+        outer = [path[:i] for i in range(len(path)) if path[i] == "/" and i > 0]
+        near = or_(LocalPathRow.path.in_(outer), LocalPathRow.path.startswith(path + "/", autoescape=True))
+        name = session.scalars(select(ModelRow.name).join(LocalPathRow).where(
+            LocalPathRow.cluster == cluster, near, ModelRow.id != getattr(exclude, "id", -1))).first()
+        if name is not None:
+            return f"model {name!r}"
+        copy = session.scalars(select(ArtifactRow.path).where(ArtifactRow.cluster == cluster, or_(
+            ArtifactRow.path.in_(outer), ArtifactRow.path.startswith(path + "/", autoescape=True)))).first()
+        return f"the shared copy {copy}" if copy is not None else None
+
+    def _refuse_nested(self, session: Session, paths, exclude: ModelRow | ModelSpec) -> None:
+        for p in paths:
+            if other := self._nested(session, p.cluster, p.path, exclude):
+                raise InvalidInputError(f"path {p.path} in workspace {p.workspace!r} nests with {other}'s: a model "
+                                        "path may not be inside, or contain, another's; choose another --subpath")
+
     # -- models ----------------------------------------------------------------------------
 
     def create_model(self, spec: ModelSpec, plan: Plan) -> Model:
@@ -277,6 +299,7 @@ class Registry(ArtifactOps, RunOps):
                 if existing.phase == DELETING:
                     raise ConflictError(f"model {spec.name!r} is still being deleted; create it again once it is released", "ResourceProcessing")
                 raise ConflictError(f"model {spec.name!r} already exists", "AlreadyExists")
+            self._refuse_nested(s, plan.paths, spec)
             taken = []
             for p in plan.paths:
                 decision, holder = path_decision(self._owners(s, p.cluster, p.path, spec))
@@ -318,6 +341,8 @@ class Registry(ArtifactOps, RunOps):
                     raise ConflictError(f"path {p.path} is still being cleaned up by deleted model {holder!r}",
                                         "ResourceProcessing")
             wanted = {(p.cluster, p.path): p for p in plan.paths}
+            self._refuse_nested(s, [p for p in plan.paths if (p.cluster, p.path) not in
+                                    {(e.cluster, e.path) for e in row.paths}], row)
             for entry in row.paths:
                 entry.retired = (entry.cluster, entry.path) not in wanted
                 wanted.pop((entry.cluster, entry.path), None)
@@ -356,7 +381,7 @@ class Registry(ArtifactOps, RunOps):
         with self._tx() as s:
             row = self._model(s, name)
             if row.phase != DELETING:
-                row.phase, row.message, row.updated_at = phase, message, utcnow()
+                row.phase, row.message, row.updated_at = phase, scrub_message(message), utcnow()
             return _view(row)
 
     def retry_model(self, name: str) -> Model:
@@ -374,7 +399,7 @@ class Registry(ArtifactOps, RunOps):
     def set_message(self, name: str, message: str) -> None:
         with self._tx() as s:
             row = self._model(s, name)
-            row.message, row.updated_at = message, utcnow()
+            row.message, row.updated_at = scrub_message(message), utcnow()
 
     def set_snapshot(self, name: str, commit: str, files: list[dict], source_uri: str | None = None) -> Model:
         """Pin the commit and files; `source_uri` records an s3:// source as where the files are (never ours)."""
@@ -415,7 +440,7 @@ class Registry(ArtifactOps, RunOps):
                 return False
             row.heartbeat_at = row.updated_at = utcnow()
             if message is not None:
-                row.message = message
+                row.message = scrub_message(message)
             return True
 
     def release_staging(self, name: str, holder: Holder) -> None:
@@ -452,7 +477,7 @@ class Registry(ArtifactOps, RunOps):
         with self._tx() as s:
             row = self._model(s, name)
             row.cleanup_attempts += 1
-            row.message, row.updated_at = message, utcnow()
+            row.message, row.updated_at = scrub_message(message), utcnow()
             return _view(row)
 
     def release_model(self, name: str) -> bool:
@@ -476,12 +501,10 @@ class Registry(ArtifactOps, RunOps):
             live = [n for n, deleting in self._owners(s, p.cluster, p.path, row, share=False) if not deleting]
             return live[0] if live else None
 
-    def claim_download(self, name: str, path_id: int, holder: Holder, lease_seconds: float,
-                       occupied: bool = False) -> Claim:
+    def claim_download(self, name: str, path_id: int, holder: Holder, lease_seconds: float) -> Claim:
         """Take a path for downloading, unless the model is deleting, another worker's lease on the
-        entry is fresh, or another model owns the directory (deleting: wait; live: taken). `occupied`: the
-        directory already holds files; on the first claim that marks the entry adopted, so cleanup later
-        removes only the files weightkeeper put there."""
+        entry is fresh, another model owns the directory (deleting: wait; live: taken) or its path nests
+        with another model's (`nested`)."""
         with self._tx(path_lock=True) as s:
             row = self._model(s, name)
             p = self._path(row, path_id)
@@ -492,9 +515,9 @@ class Registry(ArtifactOps, RunOps):
             decision, other = path_decision(self._owners(s, p.cluster, p.path, row))
             if decision != "free":
                 return Claim(decision, other)
+            if nested := self._nested(s, p.cluster, p.path, row):
+                return Claim("nested", nested)
             self._hold(p, holder, DOWNLOADING)
-            if not p.owned:
-                p.adopted = occupied
             p.owned = True
             return Claim("claimed")
 
@@ -537,7 +560,7 @@ class Registry(ArtifactOps, RunOps):
             if bytes_total is not None:
                 p.bytes_total = bytes_total
             if message is not None:
-                p.message = message
+                p.message = scrub_message(message)
             return True
 
     def finish_path(self, name: str, path_id: int, holder: Holder | None, status: str, message: str = "",
@@ -548,7 +571,7 @@ class Registry(ArtifactOps, RunOps):
             p = self._path(row, path_id)
             if holder is not None and p.holder not in (None, holder.run):
                 return
-            p.status, p.message, p.updated_at = status, message, utcnow()
+            p.status, p.message, p.updated_at = status, scrub_message(message), utcnow()
             if size_bytes is not None:
                 p.size_bytes = p.bytes_done = size_bytes
             p.holder = p.holder_host = p.holder_pid = p.holder_started = p.heartbeat_at = None
@@ -568,6 +591,16 @@ class Registry(ArtifactOps, RunOps):
             p.workspace, p.status, p.updated_at = workspace, PENDING, utcnow()
             return True
 
+    def set_path_made(self, name: str, path_id: int, holder: Holder, made: str) -> bool:
+        """Record what this path's run made at it (before it writes anything there); False when the run no
+        longer holds the path."""
+        with self._tx() as s:
+            p = self._path(self._model(s, name), path_id)
+            if p.holder != holder.run:
+                return False
+            p.made = made
+            return True
+
     def set_path_verified(self, name: str, path_id: int, status: str) -> None:
         with self._tx() as s:
             p = self._path(self._model(s, name), path_id)
@@ -576,7 +609,7 @@ class Registry(ArtifactOps, RunOps):
     def set_path_message(self, name: str, path_id: int, status: str, message: str) -> None:
         with self._tx() as s:
             p = self._path(self._model(s, name), path_id)
-            p.status, p.message, p.updated_at = status, message, utcnow()
+            p.status, p.message, p.updated_at = status, scrub_message(message), utcnow()
 
     def remove_path(self, name: str, path_id: int) -> None:
         """Drop a path entry of a deleting model (or a retired one): call only once its directory is gone."""

@@ -1,0 +1,204 @@
+"""Tenancy and input limits of the REST API, each test acting as the hostile user (bob) against alice.
+
+The API runs in process (no workers: runs are only started); the registry is SQLite or, with
+WK_TEST_DB=postgresql, the real PostgreSQL, where over-long or NUL input used to answer 500.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import Env, _truncate, write_config
+from fastapi.testclient import TestClient
+
+TOKENS = {"alice": "alice-token", "bob": "bob-token", "root": "root-token"}
+STAGING = "s3://wk-staging/staging/"
+SIGNED = "https://cdn.example/x/model.safetensors?X-Amz-Signature=deadbeef&X-Amz-Credential=AKIAEXAMPLE"
+USERS = {
+    "alice": 'token_blocks = ["alice-hf"]\ns3_sources = ["s3://data-src/alice/"]\n',
+    "bob": 'token_blocks = ["bob-hf"]\ns3_sources = ["s3://data-src/team", "s3://wk-staging/"]\n',
+    "root": "admin = true\n",
+}
+
+
+class Api:
+    def __init__(self, env: Env):
+        from weightkeeper.api import create_app
+
+        self.env = env
+        self.registry = env.registry
+        self.client = TestClient(create_app(env.settings, self.registry), raise_server_exceptions=False)
+
+    def call(self, method: str, url: str, user: str = "alice", **kw):
+        headers = {"Authorization": f"Bearer {TOKENS[user]}", **kw.pop("headers", {})}
+        return self.client.request(method, url, headers=headers, **kw)
+
+    def create(self, name: str, source: str, user: str = "alice", headers: dict | None = None, **body):
+        return self.call("POST", "/api/v1/models", user, json={"name": name, "source": source, **body},
+                         headers=headers or {})
+
+    def names(self, user: str, **params) -> list[str]:
+        return [m["name"] for m in self.call("GET", "/api/v1/models", user, params=params).json()]
+
+    def state(self) -> list[dict]:
+        """Everything the registry holds about models (to show that a refused request wrote nothing)."""
+        from sqlalchemy import text
+
+        with self.registry.engine.connect() as conn:
+            runs = conn.execute(text("SELECT model_id, holder FROM model_runs ORDER BY model_id")).all()
+        return [m.to_json() for m in self.registry.list_models(include_deleting=True)] + [list(map(str, runs))]
+
+
+@pytest.fixture
+def api(tmp_path, registry_base_url):
+    volumes = {n: tmp_path / "volumes" / n for n in ("team-a", "alice-ws", "bob-ws")}
+    for v in volumes.values():
+        v.mkdir(parents=True)
+    env = Env(tmp_path, tmp_path / "config.toml", volumes)
+    env._registry_url = registry_base_url or f"sqlite:///{tmp_path / 'registry.db'}"
+    env._workspaces = [{"name": "team-a", "volume": str(volumes["team-a"])},
+                       {"name": "alice-ws", "volume": str(volumes["alice-ws"]), "public": False, "owner": "alice"},
+                       {"name": "bob-ws", "volume": str(volumes["bob-ws"]), "public": False, "owner": "bob"}]
+    env._s3 = {"bucket": "wk-staging", "prefix": "staging", "region": "us-east-1"}
+    write_config(env)
+    with open(env.config, "a") as f:
+        for i, (user, token) in enumerate(TOKENS.items()):
+            f.write(f'[[users]]\nname = "{user}"\nuid = {1000 + i}\n'
+                    f'token_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n{USERS[user]}')
+    if registry_base_url:
+        _truncate(registry_base_url)
+    return Api(env)
+
+
+def test_others_see_only_public_models_without_secrets_paths_or_messages(api):
+    assert api.create("alice-private", "hf://acme/secret", workspaces=["alice-ws"], tokenBlock="alice-hf").status_code == 201
+    assert api.create("alice-public", "hf://acme/open", workspaces=["team-a"], tokenBlock="alice-hf").status_code == 201
+    assert api.create("alice-s3", "s3://data-src/alice/acme--m/", workspaces=["team-a", "alice-ws"]).status_code == 201
+    for name in ("alice-private", "alice-public", "alice-s3"):
+        api.registry.set_phase(name, "Failed", f"cannot fetch {name}: 403")
+        entry = api.registry.get_model(name).local_paths[0]
+        api.registry.set_path_message(name, entry.id, "Failed", f"{entry.path}: 403")
+
+    assert api.names("bob") == ["alice-public", "alice-s3"]
+    assert api.names("bob", workspace="alice-ws") == []
+    for listed in api.call("GET", "/api/v1/models", "bob").json():
+        got = api.call("GET", f"/api/v1/models/{listed['name']}", "bob").json()
+        assert got == listed
+        assert got["tokenBlock"] is None and got["stagingUri"] is None and got["message"] is None
+        assert [p["workspace"] for p in got["localPaths"]] == ["team-a"]  # alice-ws entries are not shown
+        assert all(p.keys().isdisjoint({"path", "message", "sharedCopy"}) for p in got["localPaths"])
+        assert str(api.env.root) not in str(got) and "403" not in str(got)
+    assert api.call("GET", "/api/v1/models/alice-s3", "bob").json()["source"] is None  # an S3 prefix is storage
+
+    hidden = api.call("GET", "/api/v1/models/alice-private", "bob")
+    missing = api.call("GET", "/api/v1/models/no-such-model", "bob")
+    assert hidden.status_code == missing.status_code == 404
+    assert hidden.json() == {"code": "NotFound", "message": "model 'alice-private' does not exist"}
+    assert api.call("DELETE", "/api/v1/models/alice-private", "bob").status_code == 404
+    assert api.call("POST", "/api/v1/models/alice-private/retry", "bob").status_code == 404
+    assert api.call("DELETE", "/api/v1/models/alice-public", "bob").status_code == 403  # seen, not owned
+
+    for user in ("alice", "root"):  # the owner and admins see everything
+        assert api.names(user) == ["alice-private", "alice-public", "alice-s3"]
+        got = api.call("GET", "/api/v1/models/alice-private", user).json()
+        assert got["tokenBlock"] == "alice-hf" and got["message"] == "cannot fetch alice-private: 403"
+        assert got["localPaths"][0]["path"].startswith(str(api.env.volumes["alice-ws"]))
+        assert api.call("GET", "/api/v1/models/alice-s3", user).json()["source"] == "s3://data-src/alice/acme--m/"
+
+
+def test_a_user_names_only_their_own_token_blocks(api):
+    before = api.state()
+    r = api.create("stolen", "hf://acme/gated", user="bob", tokenBlock="alice-hf")
+    assert r.status_code == 403 and r.json()["code"] == "Forbidden" and "\n" not in r.json()["message"]
+    assert "token_blocks" in r.json()["message"]
+    assert api.state() == before
+    assert api.create("bobs", "hf://acme/gated", user="bob", tokenBlock="bob-hf").status_code == 201
+    assert api.create("roots", "hf://acme/gated", user="root", tokenBlock="alice-hf").status_code == 201  # admin
+
+
+def test_s3_sources_are_limited_per_user_and_the_staging_prefix_to_nobody(api):
+    before = api.state()
+    for source in ("s3://data-src/alice/acme--m/", "s3://data-src/team-evil/acme--m/", "s3://other/team/acme--m/"):
+        r = api.create("s3-model", source, user="bob")
+        assert r.status_code == 403 and "s3_sources" in r.json()["message"], source
+    assert api.create("s3-model", f"{STAGING}alice--m/{'0' * 40}/", user="alice").status_code == 403
+    for user in ("bob", "root"):  # allowed the staging bucket, or an admin: its staging prefix is still refused
+        r = api.create("s3-model", f"{STAGING}alice--m/{'0' * 40}/", user=user)
+        assert r.status_code == 422 and "staging prefix" in r.json()["message"]
+    assert api.state() == before
+    assert api.create("team-model", "s3://data-src/team/acme--m/", user="bob").status_code == 201
+    assert api.create("beside", "s3://wk-staging/staging-other/acme--m/", user="bob").status_code == 201
+
+    proc = subprocess.run([sys.executable, "-m", "weightkeeper.cli", "model", "create", "cli-model", "--source",
+                           f"{STAGING}alice--m/{'0' * 40}/"], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, WEIGHTKEEPER_CONFIG=str(api.env.config)))
+    assert proc.returncode == 2 and "staging prefix" in proc.stderr, proc.stderr
+    write_config(api.env, s3={"bucket": "wk-staging", "prefix": "staging/inner"})  # a source holding it
+    from weightkeeper.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="staging prefix"):
+        api.env.declare("holder", "s3://wk-staging/staging/")
+    assert [m.name for m in api.registry.list_models()] == ["beside", "team-model"]
+
+
+def test_url_queries_and_control_characters_never_reach_messages(api):
+    assert api.create("signed", "hf://acme/signed", workspaces=["team-a"]).status_code == 201
+    reg = api.registry
+    path_id = reg.get_model("signed").local_paths[0].id
+    reg.set_path_message("signed", path_id, "Downloading", f"fetching {SIGNED}")
+    reg.finish_path("signed", path_id, None, "Failed", f"403 Forbidden for url '{SIGNED}'\nretry later")
+    reg.set_phase("signed", "Failed", f"cannot download: GET {SIGNED} answered 403 \x00 " + "x" * 5000)
+    artifact = reg.artifact_for("acme/signed", "0" * 40, "local", "/v", "/v/models/_artifacts/acme--signed/0", [])
+    reg.set_artifact(artifact.id, None, "Failed", "GET https://user:pass@cdn.example/y?sig=1 failed")
+
+    model = api.call("GET", "/api/v1/models/signed").json()
+    assert model["message"].startswith("cannot download: GET https://cdn.example/x/model.safetensors?… answered 403")
+    assert "\x00" not in model["message"] and len(model["message"]) <= 2000
+    assert model["localPaths"][0]["message"] == ("403 Forbidden for url 'https://cdn.example/x/model.safetensors?…'"
+                                                 "\nretry later")
+    stored = str([reg.get_model("signed"), reg.list_artifacts()])
+    assert "X-Amz" not in stored and "AKIA" not in stored and "sig=1" not in stored and "pass@" not in stored
+
+
+def bad_requests():
+    ok = {"name": "fine", "source": "hf://acme/fine"}
+    yield "long-idempotency-key", ok, {"Idempotency-Key": "k" * 129}
+    yield "non-ascii-idempotency-key", ok, {"Idempotency-Key": "k\xe9y".encode("latin-1")}
+    yield "long-token-block", {**ok, "tokenBlock": "a" * 300}, {}
+    yield "token-block-not-a-block-name", {**ok, "tokenBlock": "Alice_HF"}, {}
+    yield "nul-token-block", {**ok, "tokenBlock": "alice-hf\x00"}, {}
+    yield "long-revision", {**ok, "source": "hf://acme/fine@" + "r" * 256}, {}
+    yield "control-in-revision", {**ok, "source": "hf://acme/fine@ma\x01in"}, {}
+    yield "nul-in-source", {**ok, "source": "hf://acme/fi\x00ne"}, {}
+    yield "long-source", {**ok, "source": "s3://data-src/alice/" + "a" * 500 + "/"}, {}
+    yield "long-s3-directory", {**ok, "source": "s3://data-src/alice/" + "a" * 300 + "/"}, {}
+    yield "long-name", {**ok, "name": "a" * 64}, {}
+    yield "nul-name", {**ok, "name": "fi\x00ne"}, {}
+    yield "long-subpath", {**ok, "subpath": "s" * 256}, {}
+    yield "nul-subpath", {**ok, "subpath": "s\x00"}, {}
+    yield "too-many-workspaces", {**ok, "workspaces": ["team-a"] * 65}, {}
+    yield "long-workspace", {**ok, "workspaces": ["w" * 64]}, {}
+    yield "nul-workspace", {**ok, "workspaces": ["team-a\x00"]}, {}
+
+
+@pytest.mark.parametrize("case", list(bad_requests()), ids=lambda c: c[0])
+def test_over_long_or_control_input_answers_422_and_writes_nothing(api, case):
+    _, body, headers = case
+    before = api.state()
+    r = api.call("POST", "/api/v1/models", "alice", json=body, headers=headers)
+    assert r.status_code == 422, r.text
+    assert r.json()["code"] == "Invalid" and "\n" not in r.json()["message"] and "\x00" not in r.text
+    assert api.state() == before
+
+
+def test_reads_refuse_control_characters_with_422(api):
+    assert api.call("GET", "/api/v1/models", params={"workspace": "team-a\x00"}).status_code == 422
+    assert api.call("GET", "/api/v1/models", params={"phase": "Ready\x00"}).status_code == 422
+    assert api.call("GET", "/api/v1/models/bad%00name").status_code == 422
+    assert api.call("DELETE", "/api/v1/models/" + "a" * 64).status_code == 422
+    r = api.create("fine", "hf://acme/fine", headers={"Idempotency-Key": "k" * 128})  # the limits themselves pass
+    assert r.status_code == 201, r.text

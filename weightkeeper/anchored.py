@@ -1,0 +1,318 @@
+"""The one file layer for everything weightkeeper writes or removes under a volume (or its own home).
+
+A `Dir` is an open directory file descriptor. It is reached from a trusted root (a workspace volume
+root, weightkeeper's home) one component at a time with `O_NOFOLLOW | O_DIRECTORY`, and every
+operation below it names an entry relative to that descriptor (`dir_fd=`, `follow_symlinks=False`).
+So a check and its use are the same directory: a user who swaps a directory on the way for a symlink
+after the check makes the walk fail (`UnsafePathError`), never redirects a write or a removal.
+The pure guard (`weightkeeper.guard`) decides which paths may be touched; this layer makes that true
+at the moment of the system call.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from weightkeeper.errors import CleanupError, UnsafePathError
+from weightkeeper.guard import VolumeRule, check_removable
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+FILE_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # O_NONBLOCK: a planted FIFO never blocks an open
+SMALL_FILE_BYTES = 1 << 20  # what `read_small` reads at most (markers, range progress)
+
+
+def _segments(relative: str) -> list[str]:
+    parts = [p for p in relative.split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        raise UnsafePathError(f"refusing {relative!r}: '.' and '..' are not followed")
+    return parts
+
+
+def _open_child(fd: int, name: str, create: bool, mode: int) -> int:
+    try:
+        return os.open(name, DIR_FLAGS, dir_fd=fd)
+    except FileNotFoundError:
+        if not create:
+            raise
+    try:
+        os.mkdir(name, mode, dir_fd=fd)
+    except FileExistsError:
+        pass  # made meanwhile: opened below, without following a link all the same
+    return os.open(name, DIR_FLAGS, dir_fd=fd)
+
+
+class Dir:
+    """An open directory: every name below it is resolved from this descriptor, never through a link."""
+
+    def __init__(self, fd: int, where: str):
+        self.fd, self.where = fd, where
+
+    @classmethod
+    def root(cls, path: str | os.PathLike, create: bool = False) -> Dir:
+        """A trusted root (a configured volume, weightkeeper's home): the root itself may be a link."""
+        path = os.fspath(path)
+        if create:
+            os.makedirs(path, exist_ok=True)
+        return cls(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), path)
+
+    def __enter__(self) -> Dir:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __str__(self) -> str:
+        return self.where
+
+    def path(self, name: str = "") -> str:
+        return f"{self.where}/{name}" if name else self.where
+
+    # -- walking -----------------------------------------------------------------------------
+
+    def descend(self, relative: str, create: bool = False, mode: int = 0o755) -> Dir:
+        """The directory `relative` below this one (made when `create`); `FileNotFoundError` when it is
+        missing, `UnsafePathError` when an entry on the way is a link or not a directory."""
+        fd, where = os.dup(self.fd), self.where
+        try:
+            for name in _segments(relative):
+                try:
+                    child = _open_child(fd, name, create, mode)
+                except OSError as e:
+                    if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise UnsafePathError(f"refusing {where}/{name}: it is a symlink or not a directory, and "
+                                              "weightkeeper never follows one below a volume") from None
+                    raise
+                os.close(fd)
+                fd, where = child, f"{where}/{name}"
+            return Dir(fd, where)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def entries(self) -> list[str]:
+        return os.listdir(self.fd)
+
+    def lstat(self, name: str) -> os.stat_result | None:
+        try:
+            return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def identity(self) -> str:
+        """`dev:inode` of this directory: which directory it is, whatever its path."""
+        st = os.fstat(self.fd)
+        return f"{st.st_dev}:{st.st_ino}"
+
+    # -- files -------------------------------------------------------------------------------
+
+    def open(self, name: str, flags: int, mode: int = 0o644) -> int:
+        """Open an entry of this directory; a link is never followed (ELOOP)."""
+        return os.open(name, flags | FILE_FLAGS, mode, dir_fd=self.fd)
+
+    def open_regular(self, name: str, flags: int, mode: int = 0o644) -> int:
+        """Open (or create) a regular file with one link: a planted FIFO, device, link or hard link is removed
+        and a fresh file made in its place."""
+        for _ in range(3):
+            try:
+                fd = self.open(name, flags, mode)
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EWOULDBLOCK):
+                    raise
+                self.remove(name)
+                continue
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+                os.set_blocking(fd, True)
+                return fd
+            os.close(fd)
+            self.remove(name)
+        raise UnsafePathError(f"refusing {self.path(name)}: it keeps being replaced by something not a plain file")
+
+    def read_small(self, name: str, limit: int = SMALL_FILE_BYTES) -> bytes | None:
+        """The content of a small regular file, or None when it is missing, not a regular file or too large."""
+        try:
+            fd = self.open(name, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+                return None
+            return os.read(fd, limit + 1)[:limit]
+        finally:
+            os.close(fd)
+
+    def write_atomic(self, name: str, data: bytes) -> None:
+        """Write a new file beside `name`, then rename it into place (what was there, link or not, is replaced)."""
+        tmp = f".{name}.{uuid.uuid4().hex[:8]}.tmp"
+        fd = self.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        try:
+            os.set_blocking(fd, True)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        self.rename(tmp, self, name)
+
+    def rename(self, name: str, to: Dir, new: str) -> None:
+        os.rename(name, new, src_dir_fd=self.fd, dst_dir_fd=to.fd)
+
+    def symlink(self, target: str, name: str) -> None:
+        """Point `name` at `target` atomically: a new link renamed over whatever is there (not a directory)."""
+        tmp = f".{name}.{uuid.uuid4().hex[:8]}.link"
+        os.symlink(target, tmp, dir_fd=self.fd)
+        try:
+            self.rename(tmp, self, name)
+        except OSError:
+            os.unlink(tmp, dir_fd=self.fd)
+            raise
+
+    def readlink(self, name: str) -> str | None:
+        try:
+            return os.readlink(name, dir_fd=self.fd)
+        except OSError:
+            return None
+
+    # -- removal -----------------------------------------------------------------------------
+
+    def unlink(self, name: str) -> bool:
+        try:
+            os.unlink(name, dir_fd=self.fd)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def remove(self, name: str) -> bool:
+        """Remove an entry: a file or link is unlinked, a directory removed with all it holds. Nothing is
+        followed, nothing on another filesystem is entered (a mount point inside refuses the removal)."""
+        st = self.lstat(name)
+        if st is None:
+            return False
+        if not stat.S_ISDIR(st.st_mode):
+            return self.unlink(name)
+        try:
+            child = self.descend(name)
+        except UnsafePathError:  # replaced by a link since the lstat: the link is what goes
+            return self.unlink(name)
+        except FileNotFoundError:
+            return False
+        with child:
+            if os.fstat(child.fd).st_dev != os.fstat(self.fd).st_dev:
+                raise CleanupError(f"{child.where} is a mount point; nothing below it was removed: unmount it")
+            child.clear()
+        try:
+            os.rmdir(name, dir_fd=self.fd)
+        except FileNotFoundError:
+            pass
+        return True
+
+    def clear(self) -> None:
+        """Remove everything below this directory (see `remove`)."""
+        for name in self.entries():
+            self.remove(name)
+
+    def mount_inside(self) -> str | None:
+        """The first directory below this one on another filesystem, or None."""
+        device = os.fstat(self.fd).st_dev
+        for child, _ in self.walk():
+            if os.fstat(child.fd).st_dev != device:
+                return child.where
+        return None
+
+    # -- reading a tree ----------------------------------------------------------------------
+
+    def walk(self, skip: Iterable[str] = ()) -> Iterator[tuple[Dir, list[str]]]:
+        """(directory, names of its non-directory entries) for this directory and every one below it, each
+        opened from its parent without following links; `skip` names top-level entries to leave out."""
+        skip = set(skip)
+        stack = [Dir(os.dup(self.fd), self.where)]
+        top = True
+        while stack:
+            with stack.pop() as current:
+                others = []
+                for name in current.entries():
+                    if top and name in skip:
+                        continue
+                    st = current.lstat(name)
+                    if st is None:
+                        continue
+                    if stat.S_ISDIR(st.st_mode):
+                        try:
+                            stack.append(current.descend(name))
+                        except (UnsafePathError, FileNotFoundError):
+                            continue
+                    else:
+                        others.append(name)
+                top = False
+                yield current, others
+
+    def size(self, skip: Iterable[str] = ()) -> int:
+        """Bytes of the regular files below this directory, links not followed."""
+        total = 0
+        for current, names in self.walk(skip):
+            for name in names:
+                st = current.lstat(name)
+                if st is not None and stat.S_ISREG(st.st_mode):
+                    total += st.st_size
+        return total
+
+
+def volume_of(path: str, volumes: Iterable[VolumeRule]) -> tuple[VolumeRule, str]:
+    """The declared volume holding `path` and the path relative to its root (no guard: see `open_path`)."""
+    for volume in sorted(volumes, key=lambda v: len(v.root), reverse=True):
+        root = volume.root.rstrip("/")
+        if root and path.startswith(root + "/"):
+            return volume, path[len(root) + 1:]
+    raise UnsafePathError(f"refusing {path!r}: not inside any declared workspace volume")
+
+
+def open_parent(path: str, volumes: Iterable[VolumeRule], create: bool = False,
+                artifact: bool = False) -> tuple[Dir, str]:
+    """The parent directory of a guarded model path (or shared copy), walked from its volume root, and the
+    path's last name. The guard is checked first; the walk makes it hold."""
+    volume = check_removable(path, volumes, artifact)
+    _, relative = volume_of(path, [volume])
+    parent, _, name = relative.rpartition("/")
+    with Dir.root(volume.root) as root:
+        return root.descend(parent, create=create), name
+
+
+def open_path(path: str, volumes: Iterable[VolumeRule], create: bool = False, artifact: bool = False) -> Dir:
+    """The directory at a guarded model path (or shared copy), walked from its volume root."""
+    parent, name = open_parent(path, volumes, create, artifact)
+    with parent:
+        return parent.descend(name, create=create)
+
+
+def open_under(root: str | os.PathLike, relative: str, create: bool = False) -> Dir:
+    """A directory below a trusted root that is not a model path (locks, weightkeeper's scratch space)."""
+    with Dir.root(root, create=create) as top:
+        return top.descend(relative, create=create)
+
+
+def remove_under(root: str | os.PathLike, relative: str) -> bool:
+    """Remove `relative` (and all it holds) below a trusted root; False when it is not there."""
+    parent, _, name = relative.rpartition("/")
+    try:
+        with open_under(root, parent) as d:
+            return d.remove(name)
+    except FileNotFoundError:
+        return False
+
+
+def as_dir(target: Dir | Path | str, create: bool = True) -> Dir:
+    """`target` as a Dir: a Dir is duplicated (the caller keeps its own), a path is a trusted root."""
+    if isinstance(target, Dir):
+        return Dir(os.dup(target.fd), target.where)
+    return Dir.root(target, create=create)
