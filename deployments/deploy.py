@@ -3,7 +3,8 @@
     .venv/bin/python deployments/deploy.py [--config FILE]
 
 Creates the download limit and the work pools (Kubernetes pools from infra/kubernetes for workspaces with a
-`[workspaces.kubernetes]` table, local process pools for the others) if missing, then applies
+`[workspaces.kubernetes]` table, local process pools for the others) if missing (a Kubernetes pool whose
+template differs from the config's is updated), then applies
 `weightkeeper.deployments.declared`: ensure-model, delete-model, reconcile (every
 `reconcile_interval_seconds`, default 60) and, per workspace work pool, download-to-path and
 clean-path. Start a worker per pool yourself (`prefect worker start --pool P --type process`), or

@@ -210,7 +210,7 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
                 raise DownloadCancelled(f"another run took over {entry.path}")
             st = parent.lstat(name)
             if st is not None and stat.S_ISDIR(st.st_mode):
-                os.rmdir(name, dir_fd=parent.fd)  # an empty directory (checked by the caller) becomes the link
+                parent.rmdir(name)  # an empty directory (checked by the caller) becomes the link
             parent.symlink(link_target(entry.path, path), name)
             message = "verified"
     finally:
@@ -278,6 +278,8 @@ def download_snapshot(name: str, path_id: int, snapshot: Snapshot):
         _claim(registry, name, entry, holder, settings.lease_seconds)
         reporter = Reporter(registry, name, entry, holder, snapshot.total_bytes)
         with reporter.keepalive(max(1.0, settings.lease_seconds / 3)):
+            if not sharing and not os.path.lexists(entry.path):  # nothing is made where the model does not fit
+                check_free_space(name, entry.path, snapshot.files, settings.free_space_margin_bytes)
             parent, leaf = open_parent(entry.path, settings.volume_rules, create=True)
             with parent:
                 if sharing and _links_or_free(parent, leaf, entry.made):
@@ -318,7 +320,12 @@ def record_size(name: str, path_id: int) -> int:
     """Measure the path (without its cache; a link counts its shared copy) and mark it Ready."""
     settings, registry = runtime()
     entry = _entry(registry, name, path_id)
-    size = path_size(entry.path, settings.volume_rules)
+    try:
+        size = path_size(entry.path, settings.volume_rules)
+    except (OSError, UnsafePathError) as e:  # swapped for a link (or gone) since the download: never left Downloading
+        message = f"cannot measure {entry.path}: {getattr(e, 'strerror', None) or e}"
+        registry.finish_path(name, path_id, path_holder(path_id), FAILED, message)
+        raise DownloadError(message, permanent=True) from None
     note = ""
     if registry.get_model(name).download_policy == REUSE_IF_EXISTS and entry.artifact_id is None:
         note = " (own copy: the model's own directory was there before it shared, so it was kept)"

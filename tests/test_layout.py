@@ -64,7 +64,8 @@ def test_model_path_custom_models_dir():
     assert model_path("/v", "o/n", "x/weights", "weights") == "/v/x/weights/o--n"
 
 
-@pytest.mark.parametrize("subpath", ["/abs", "../x", "a/../b", "a//b", "a/", "./a", "a b", "é"])
+@pytest.mark.parametrize("subpath", ["/abs", "../x", "a/../b", "a//b", "a/", "./a", "a b", "é", ".cache",
+                                     "models/x/.cache", ".locks/m", "team/.hidden"])
 def test_subpath_refused(subpath):
     with pytest.raises(InvalidInputError):
         model_path("/v", "o/n", subpath)

@@ -7,7 +7,7 @@ import threading
 import pytest
 from sqlalchemy import text
 
-from weightkeeper.errors import ConflictError, NotFoundError
+from weightkeeper.errors import ConflictError, InvalidInputError, NotFoundError
 from weightkeeper.planning import Plan, PlannedPath
 from weightkeeper.registry import Claim, Holder, ModelSpec, open_registry
 
@@ -227,3 +227,31 @@ def test_run_leases_survive_concurrent_claims_and_releases(registry):
         return True
 
     assert all(parallel(6, work))
+
+
+def test_nested_model_paths_are_refused_in_both_directions_and_when_moving(registry):
+    """Deleting the outer of two nested paths would remove the inner, live one: never recorded."""
+    registry.create_model(spec("outer"), plan("/v/models/o--n"))
+    for name, path in [("inside", "/v/models/o--n/models/x--y"), ("cache", "/v/models/o--n/.cache/models/x"),
+                       ("around", "/v/models")]:
+        with pytest.raises(InvalidInputError, match="nests with model 'outer'"):
+            registry.create_model(spec(name), plan(path))
+        assert registry.find_model(name) is None
+    registry.create_model(spec("beside"), plan("/v/models/o--n-2"))  # a look-alike prefix is not nesting
+    registry.create_model(spec("mover"), plan("/v/team/models/o--n"))
+    with pytest.raises(InvalidInputError, match="nests with model 'mover'"):  # its own old path is cleaned later
+        registry.update_model("mover", plan("/v/team/models/o--n/models/o--n"), None, "always-download")
+    with pytest.raises(InvalidInputError, match="nests with model 'outer'"):
+        registry.update_model("mover", plan("/v/models/o--n/sub"), None, "always-download")
+
+
+def test_a_claim_rechecks_nesting(registry):
+    """A path that came to nest after declaration (a row written by an older version, say) is refused at claim."""
+    registry.create_model(spec("first"), plan("/v/models/a/b"))
+    with registry.engine.begin() as conn:
+        conn.execute(text("UPDATE local_paths SET path = '/v/models/a' WHERE path = '/v/models/a/b'"))
+    registry.create_model(spec("second"), plan("/v/models/c"))
+    with registry.engine.begin() as conn:
+        conn.execute(text("UPDATE local_paths SET path = '/v/models/a/b/c' WHERE path = '/v/models/c'"))
+    path_id = registry.get_model("second").local_paths[0].id
+    assert registry.claim_download("second", path_id, holder(1), 60) == Claim("nested", "model 'first'")

@@ -89,10 +89,10 @@ def test_the_prefect_server_serve_starts_beyond_loopback_answers_only_to_its_cre
     env.update(WEIGHTKEEPER_CONFIG=str(wk.config), PREFECT_HOME=str(tmp_path / "prefect-home"),
                PREFECT_WORKER_QUERY_SECONDS="1")
     where = ["--prefect-host", host] if host else ["--prefect-auth"]
-    out = open(tmp_path / "serve.out", "w+")
-    serve = subprocess.Popen([sys.executable, "-m", "weightkeeper.cli", "serve", "--prefect-port", str(prefect_port),
-                              "--api-port", str(api_port), *where], env=env, stdout=out, stderr=subprocess.STDOUT,
-                             start_new_session=True)
+    with open(tmp_path / "serve.out", "w") as out:
+        serve = subprocess.Popen([sys.executable, "-m", "weightkeeper.cli", "serve", "--prefect-port",
+                                  str(prefect_port), "--api-port", str(api_port), *where], env=env, stdout=out,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
     credential_file = wk.root / "prefect-auth"
     try:
         server = f"http://{host or '127.0.0.1'}:{prefect_port}"
@@ -133,3 +133,12 @@ def test_the_prefect_server_serve_starts_beyond_loopback_answers_only_to_its_cre
     assert len(logs) >= 4  # serve's output, the Prefect server's and each worker's log
     for text in logs:
         assert secret not in text and auth["Authorization"].split()[1] not in text
+
+
+def test_prefect_server_options_are_refused_when_prefect_api_url_names_the_server(wk):
+    """With PREFECT_API_URL the server is the operator's: serve cannot make it listen elsewhere or require a
+    credential, and says so instead of pretending."""
+    for option in (["--prefect-host", "0.0.0.0"], ["--prefect-auth"]):
+        refused = subprocess.run([sys.executable, "-m", "weightkeeper.cli", "serve", *option], capture_output=True,
+                                 text=True, env=dict(os.environ, WEIGHTKEEPER_CONFIG=str(wk.config)), timeout=120)
+        assert refused.returncode == 2 and "PREFECT_API_URL names one" in refused.stderr, refused.stderr

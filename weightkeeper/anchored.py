@@ -193,6 +193,10 @@ class Dir:
         except FileNotFoundError:
             return False
 
+    def rmdir(self, name: str) -> None:
+        """Remove an empty directory (only ever an empty one)."""
+        os.rmdir(name, dir_fd=self.fd)
+
     def remove(self, name: str) -> bool:
         """Remove an entry: a file or link is unlinked, a directory removed with all it holds. Nothing is
         followed, nothing on another filesystem is entered (a mount point inside refuses the removal)."""
@@ -212,7 +216,7 @@ class Dir:
                 raise CleanupError(f"{child.where} is a mount point; nothing below it was removed: unmount it")
             child.clear()
         try:
-            os.rmdir(name, dir_fd=self.fd)
+            self.rmdir(name)
         except FileNotFoundError:
             pass
         return True

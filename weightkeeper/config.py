@@ -206,7 +206,8 @@ def _kubernetes(raw: object, where: str, volume: str | None) -> KubernetesTarget
     for key, value in raw.items():
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(f"{where}: {key} must be a non-empty string")
-    for key in ("namespace", "volume_claim", "service_account", "token_secret", "config_map"):
+    for key in ("namespace", "volume_claim", "service_account", "token_secret", "config_map",
+                "prefect_auth_secret"):
         if key in raw and not DNS_LABEL.fullmatch(raw[key]):
             raise ConfigError(f"{where}: {key} {raw[key]!r} must be a Kubernetes name (lowercase letters, digits, '-')")
     if "namespace" not in raw or "image" not in raw:

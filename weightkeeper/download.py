@@ -200,7 +200,8 @@ class PartialFile:
         try:
             with self.target.descend(self.part_rel) as d:
                 st = d.lstat(self.part_name)
-                have = st.st_size if st is not None and stat.S_ISREG(st.st_mode) else 0
+                # a link, FIFO or hard link planted there is replaced by `open_regular`: nothing to resume
+                have = st.st_size if st is not None and stat.S_ISREG(st.st_mode) and st.st_nlink == 1 else 0
                 raw = d.read_small(self.ranges_name)  # bounded; never a FIFO, a link or a device
                 saved = raw.decode(errors="replace") if raw is not None else None
         except (FileNotFoundError, NotADirectoryError, UnsafePathError):

@@ -7,7 +7,6 @@ entries recorded before that was kept, or None when nothing was made yet. Remova
 
 from __future__ import annotations
 
-import os
 import posixpath
 import stat
 from collections.abc import Iterable, Sequence
@@ -74,7 +73,7 @@ def own_directory(parent: Dir, name: str, path: str, made: str | None) -> tuple[
             raise DownloadError(f"{path} already holds files weightkeeper did not write ({shown}); weightkeeper "
                                 "never adopts them: empty it or choose another --subpath", permanent=True)
         try:
-            os.rmdir(name, dir_fd=parent.fd)  # only ever removes an empty directory
+            parent.rmdir(name)  # only ever removes an empty directory
         except OSError as e:
             raise DownloadError(f"{path} could not be taken over: {e.strerror or e}", permanent=True) from None
     d = parent.descend(name, create=True)
@@ -93,7 +92,7 @@ def _prune(d: Dir) -> bool:
             with sub:
                 empty = _prune(sub)
             if empty:
-                os.rmdir(name, dir_fd=d.fd)
+                d.rmdir(name)
     return not d.entries()
 
 
@@ -126,7 +125,7 @@ def remove_model_files(path: str, files: Iterable[str], volumes: Sequence[Volume
         if not remaining:
             parent, name = open_parent(path, volumes)
             with parent:
-                os.rmdir(name, dir_fd=parent.fd)
+                parent.rmdir(name)
         return remaining
     except OSError as e:
         raise CleanupError(f"cannot remove {e.filename or path}: {e.strerror or e}") from None

@@ -178,7 +178,7 @@ def load_token(block: str | None) -> str | None:
     """The token in a Prefect Secret block; never returned from a task or logged.
 
     In a Kubernetes workspace job the token comes from the namespace's Secret instead, as the
-    variable that `WEIGHTKEEPER_TOKEN_ENV` names (set by the job template only for models with a token).
+    variable that `WEIGHTKEEPER_TOKEN_ENV` names (set by the job template of a workspace with a token Secret).
     """
     if not block:
         return None

@@ -11,18 +11,23 @@ from weightkeeper.errors import DownloadError
 from weightkeeper.planning import bytes_to_fetch, space_problem
 
 
-def free_space(target: Dir) -> tuple[str, int]:
-    """The mount point holding `target` (for messages) and its free bytes (asked of the open directory)."""
-    mount = os.path.realpath(target.where)
+def free_space(target: Dir | str) -> tuple[str, int]:
+    """The mount point holding `target` (for messages) and its free bytes: asked of the open directory, or for
+    a path not made yet, of its nearest existing parent (a read: nothing is written through it)."""
+    existing = target.where if isinstance(target, Dir) else target
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    mount = os.path.realpath(existing)
     while not os.path.ismount(mount):
         mount = os.path.dirname(mount)
-    st = os.fstatvfs(target.fd)
+    st = os.fstatvfs(target.fd) if isinstance(target, Dir) else os.statvfs(existing)
     return mount, st.f_bavail * st.f_frsize
 
 
-def check_free_space(name: str, target: Dir, files: Iterable[RemoteFile], margin: int) -> None:
-    """Fail fast, before any byte is written, when the missing files do not fit on the volume."""
-    needed = bytes_to_fetch((f.size, present_bytes(target, f)) for f in files)
+def check_free_space(name: str, target: Dir | str, files: Iterable[RemoteFile], margin: int) -> None:
+    """Fail fast, before any byte is written, when the missing files do not fit on the volume (`target`: the
+    model's directory, or its path before it is made, when nothing is present yet)."""
+    needed = bytes_to_fetch((f.size, present_bytes(target, f) if isinstance(target, Dir) else 0) for f in files)
     mount, free = free_space(target)
     problem = space_problem(needed, free, margin, mount)
     if problem:

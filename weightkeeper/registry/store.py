@@ -278,7 +278,7 @@ class Registry(ArtifactOps, RunOps):
             ArtifactRow.path.in_(outer), ArtifactRow.path.startswith(path + "/", autoescape=True)))).first()
         return f"the shared copy {copy}" if copy is not None else None
 
-    def _refuse_nested(self, session: Session, paths, exclude: ModelRow | ModelSpec) -> None:
+    def _refuse_nested(self, session: Session, paths, exclude: ModelRow | ModelSpec | None) -> None:
         for p in paths:
             if other := self._nested(session, p.cluster, p.path, exclude):
                 raise InvalidInputError(f"path {p.path} in workspace {p.workspace!r} nests with {other}'s: a model "
@@ -341,8 +341,8 @@ class Registry(ArtifactOps, RunOps):
                     raise ConflictError(f"path {p.path} is still being cleaned up by deleted model {holder!r}",
                                         "ResourceProcessing")
             wanted = {(p.cluster, p.path): p for p in plan.paths}
-            self._refuse_nested(s, [p for p in plan.paths if (p.cluster, p.path) not in
-                                    {(e.cluster, e.path) for e in row.paths}], row)
+            known = {(e.cluster, e.path) for e in row.paths}  # new paths must not nest with its old ones either
+            self._refuse_nested(s, [p for p in plan.paths if (p.cluster, p.path) not in known], None)
             for entry in row.paths:
                 entry.retired = (entry.cluster, entry.path) not in wanted
                 wanted.pop((entry.cluster, entry.path), None)

@@ -1,0 +1,511 @@
+"""The hostile workspace user: plain filesystem operations against the real flows, Prefect server and Hub server.
+
+Each test plants or swaps something the way a user who can write to part of a volume can, then asserts
+the safe outcome: nothing written or removed outside the model's own anchored tree, the model Failed or
+refused with a message, and a delete that still releases it. The anchored file layer's own guarantees
+(`weightkeeper.anchored`) come first, at unit level.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import tiny_files
+from flows.delete_model import delete_model
+from flows.ensure_model import ensure_model
+from flows.reconcile import reconcile
+from test_lifecycle import fetched_files
+from weightkeeper import download
+from weightkeeper.anchored import Dir
+from weightkeeper.download import PARTIAL_DIR
+from weightkeeper.errors import InvalidInputError, UnsafePathError
+
+SHARD = "model-00001-of-00002.safetensors"
+ONE_SHARD = "model-00001-of-00001.safetensors"
+FETCHED = sorted(["config.json", "tokenizer.json", "tokenizer_config.json", SHARD, "model-00002-of-00002.safetensors"])
+RENAME_EXCHANGE = 2
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def exchange(a: Path, b: Path) -> None:
+    """Swap two names atomically (renameat2 RENAME_EXCHANGE): each always names something."""
+    if _libc.renameat2(-100, os.fsencode(a), -100, os.fsencode(b), RENAME_EXCHANGE) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), str(a))
+
+
+def tree(path: Path) -> dict[str, object]:
+    """Everything below `path`, links not followed: relative name -> content, link target or 'dir'."""
+    found: dict[str, object] = {}
+    for folder, dirs, files in os.walk(path):
+        for name in dirs + files:
+            p = Path(folder, name)
+            rel = str(p.relative_to(path))
+            found[rel] = (f"-> {os.readlink(p)}" if p.is_symlink() else "dir" if p.is_dir() else p.read_bytes())
+    return found
+
+
+def outside_dir(tmp_path: Path, fill: dict[str, bytes] | None = None) -> Path:
+    """A directory outside every volume standing for /etc (or another user's home)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for rel, data in (fill or {}).items():
+        (outside / rel).parent.mkdir(parents=True, exist_ok=True)
+        (outside / rel).write_bytes(data)
+    return outside
+
+
+class Swapper:
+    """The attacker's race driver: swaps `real` (a directory) with a symlink to `outside` again and again,
+    atomically, until stopped, after `limit` swaps or `seconds`; leaving puts the directory back. `dwell` is how
+    long each state lasts: (the directory, the link)."""
+
+    def __init__(self, real: Path, outside: Path, limit: int = 20_000, seconds: float = 15,
+                 dwell: tuple[float, float] = (0.0003, 0.0003)):
+        self.real, self.decoy = real, real.with_name(real.name + ".decoy")
+        self.decoy.symlink_to(outside, target_is_directory=True)
+        self.limit, self.seconds, self.dwell = limit, seconds, dwell
+        self.swaps, self.swapped, self.error = 0, False, None
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="attacker-swaps", daemon=True)
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + self.seconds
+        try:
+            while not self.done.is_set() and self.swaps < self.limit and time.monotonic() < deadline:
+                exchange(self.real, self.decoy)
+                self.swapped = not self.swapped
+                self.swaps += 1
+                time.sleep(self.dwell[self.swapped])
+        except OSError as e:
+            self.error = e
+
+    def __enter__(self) -> Swapper:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join()
+        if self.swapped:
+            exchange(self.real, self.decoy)
+        self.decoy.unlink()
+        assert self.error is None, self.error
+        assert self.real.is_dir() and not self.real.is_symlink()
+
+
+@contextlib.contextmanager
+def warnings_logged():
+    """The warnings weightkeeper's flows and tasks log (the model is released before a test can read it)."""
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    handler = Keep(logging.WARNING)
+    logger = logging.getLogger("prefect")
+    logger.addHandler(handler)
+    try:
+        yield seen
+    finally:
+        logger.removeHandler(handler)
+
+
+# -- the anchored file layer ---------------------------------------------------------------------------------------
+
+
+def test_descend_refuses_a_link_and_makes_nothing_through_it(tmp_path):
+    outside = outside_dir(tmp_path)
+    (tmp_path / "vol" / "a").mkdir(parents=True)
+    (tmp_path / "vol" / "a" / "models").symlink_to(outside)
+    with Dir.root(tmp_path / "vol") as root:
+        for relative in ("a/models", "a/models/x", "a/models/x/y"):
+            for create in (False, True):
+                with pytest.raises(UnsafePathError, match="symlink"):
+                    root.descend(relative, create=create)
+        with pytest.raises(UnsafePathError):
+            root.descend("a/../a/models")
+    assert tree(outside) == {}
+
+
+def test_remove_never_leaves_the_tree_when_a_subdirectory_is_swapped_for_a_link(tmp_path, monkeypatch):
+    outside = outside_dir(tmp_path, {"precious": b"keep", "sub/inner": b"keep too"})
+    before = tree(outside)
+    victim = tmp_path / "vol" / "victim"
+    (victim / "sub" / "deeper").mkdir(parents=True)
+    (victim / "sub" / "f").write_bytes(b"ours")
+    (victim / "sub" / "deeper" / "g").write_bytes(b"ours")
+    (victim / "planted").symlink_to(outside)  # planted from the start: only the link goes
+    real_descend = Dir.descend
+
+    def swap_first(self, relative, create=False, mode=0o755):  # the check (lstat) saw a directory; then the swap
+        if relative == "sub" and not (victim / "sub").is_symlink():
+            os.rename(victim / "sub", tmp_path / "moved-away")
+            (victim / "sub").symlink_to(outside)
+        return real_descend(self, relative, create, mode)
+
+    monkeypatch.setattr(Dir, "descend", swap_first)
+    with Dir.root(tmp_path / "vol") as root:
+        assert root.remove("victim")
+    monkeypatch.undo()
+    assert not victim.exists() and tree(outside) == before
+    assert tree(tmp_path / "moved-away") == {"f": b"ours", "deeper": "dir", "deeper/g": b"ours"}
+
+    # swapped after weightkeeper entered it: the descriptor it holds is the directory it entered
+    (victim / "sub").mkdir(parents=True)
+    (victim / "sub" / "f").write_bytes(b"ours")
+    real_clear = Dir.clear
+
+    def swap_inside(self):
+        if self.where.endswith("/sub") and not (victim / "sub").is_symlink():
+            os.rename(victim / "sub", tmp_path / "moved-later")
+            (victim / "sub").symlink_to(outside)
+        return real_clear(self)
+
+    monkeypatch.setattr(Dir, "clear", swap_inside)
+    with Dir.root(tmp_path / "vol") as root:
+        with contextlib.suppress(OSError):  # rmdir meets the link: that attempt fails, the next one ends it
+            root.remove("victim")
+        monkeypatch.undo()
+        assert tree(outside) == before
+        root.remove("victim")
+    assert not victim.exists() and tree(outside) == before
+
+
+def test_write_atomic_replaces_a_planted_link_instead_of_writing_through_it(tmp_path):
+    outside = outside_dir(tmp_path, {"passwd": b"root:x:0:0\n"})
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "ready").symlink_to(outside / "passwd")
+    with Dir.root(tmp_path / "d") as d:
+        d.write_atomic("ready", b"mine\n")
+        assert d.read_small("ready") == b"mine\n"
+    assert not (tmp_path / "d" / "ready").is_symlink() and (outside / "passwd").read_bytes() == b"root:x:0:0\n"
+    assert os.listdir(tmp_path / "d") == ["ready"]  # no temporary file left
+
+
+@pytest.mark.timeout(30)
+def test_read_small_never_blocks_follows_or_reads_much(tmp_path):
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "small").write_bytes(b'{"size": 1}')
+    os.mkfifo(d / "fifo")
+    os.mkfifo(d / "fifo-held")
+    writer = os.open(d / "fifo-held", os.O_RDWR | os.O_NONBLOCK)  # the attacker keeps it open, writes nothing
+    (d / "zero-link").symlink_to("/dev/zero")
+    os.mknod(d / "zero-device", stat.S_IFCHR | 0o600, os.makedev(1, 5))  # /dev/zero itself (root in tests)
+    with open(d / "huge", "wb") as f:
+        f.truncate(100 << 20)
+    try:
+        with Dir.root(d) as root:
+            assert root.read_small("small") == b'{"size": 1}'
+            for name in ("fifo", "fifo-held", "zero-link", "zero-device", "huge", "missing"):
+                assert root.read_small(name) is None, name
+    finally:
+        os.close(writer)
+
+
+def test_open_regular_replaces_what_is_not_a_plain_file_of_its_own(tmp_path):
+    outside = outside_dir(tmp_path, {"secret": b"keep"})
+    d = tmp_path / "d"
+    d.mkdir()
+    os.link(outside / "secret", d / "hard")
+    (d / "soft").symlink_to(outside / "secret")
+    os.mkfifo(d / "fifo")
+    with Dir.root(d) as root:
+        for name in ("hard", "soft", "fifo"):
+            fd = root.open_regular(name, os.O_RDWR | os.O_CREAT)
+            try:
+                os.write(fd, b"written")
+            finally:
+                os.close(fd)
+            assert (d / name).read_bytes() == b"written" and (d / name).stat().st_nlink == 1
+    assert (outside / "secret").read_bytes() == b"keep" and (outside / "secret").stat().st_nlink == 1
+
+
+# -- 1. writes through a swapped link ------------------------------------------------------------------------------
+
+
+def test_a_model_whose_parent_is_swapped_for_a_link_fails_and_writes_nothing_outside(wk, hub, tmp_path):
+    hub.add_repo("acme/swapped", tiny_files("swapped"))
+    model = wk.declare("swapped", "hf://acme/swapped", workspaces=["team-a"], subpath="alice")
+    alice = wk.volumes["team-a"] / "alice"
+    assert model.local_paths[0].path == str(alice / "models" / "acme--swapped")
+    (alice / "models").mkdir(parents=True)  # the user's own directory
+    outside = outside_dir(tmp_path)
+    os.rename(alice / "models", alice / "models.away")
+    (alice / "models").symlink_to(outside)
+    assert ensure_model("swapped") == "Failed"
+    model = wk.registry.get_model("swapped")
+    assert "symlink" in model.message and str(alice / "models") in model.message
+    assert tree(outside) == {}
+    assert delete_model("swapped") == "Released"  # nothing was ever written: nothing to remove
+    assert tree(outside) == {} and (alice / "models").is_symlink()
+
+
+def test_a_repair_never_writes_through_a_parent_swapped_for_a_link(wk, hub, tmp_path):
+    files = tiny_files("repair-swap")
+    hub.add_repo("acme/repair-swap", files)
+    wk.declare("fixme", "hf://acme/repair-swap", workspaces=["team-a"], subpath="alice")
+    assert ensure_model("fixme") == "Ready"
+    alice = wk.volumes["team-a"] / "alice"
+    path = Path(wk.registry.get_model("fixme").local_paths[0].path)
+    os.truncate(path / SHARD, 10)  # damaged: the next reconcile repairs it
+    outside = tmp_path / "outside"
+    shutil.copytree(alice / "models", outside, symlinks=True)  # a look-alike of the models dir, damaged shard too
+    before = tree(outside)
+    os.rename(alice / "models", alice / "models.away")
+    (alice / "models").symlink_to(outside)
+    hub.reset_stats()
+    assert reconcile()[str(path)] == "postponed"
+    assert tree(outside) == before
+    entry = wk.registry.get_model("fixme").local_paths[0]
+    assert entry.status == "Failed" and "symlink" in entry.message
+
+    (alice / "models").unlink()  # the user puts things back: the repair goes through
+    os.rename(alice / "models.away", alice / "models")
+    assert reconcile()[str(path)] == "repaired"
+    assert (path / SHARD).read_bytes() == files[SHARD] and wk.registry.get_model("fixme").phase == "Ready"
+    assert tree(outside) == before
+
+
+# -- 2. a race driver swapping the parent during a download and a delete -------------------------------------------
+
+
+def test_a_download_raced_by_a_swapping_parent_never_writes_outside(wk, hub, tmp_path):
+    files = tiny_files("race", shard_size=256 * 1024)
+    hub.add_repo("acme/race", files)
+    wk.declare("race", "hf://acme/race", workspaces=["team-a"], subpath="alice")
+    models = wk.volumes["team-a"] / "alice" / "models"
+    models.mkdir(parents=True)
+    outside = outside_dir(tmp_path)
+    with hub.throttled(100 * 1024, repo_id="acme/race"):  # about 2.5 s of download
+        with Swapper(models, outside, dwell=(0.002, 0.0003)) as attacker:  # mostly there: the download goes on
+            phase = ensure_model("race")
+    assert attacker.swaps > 50
+    assert tree(outside) == {}, f"written outside after {attacker.swaps} swaps (phase {phase})"
+    model = wk.registry.get_model("race")
+    assert phase in ("Ready", "Failed") and (phase == "Ready" or "symlink" in model.message), (phase, model.message)
+    assert ensure_model("race") == "Ready"
+    path = models / "acme--race"
+    assert fetched_files(str(path)) == FETCHED and (path / SHARD).read_bytes() == files[SHARD]
+    assert tree(outside) == {}
+
+
+def test_a_parent_swapped_just_before_the_size_is_measured_fails_the_model(wk, hub, tmp_path, monkeypatch):
+    """The one walk after the download (measuring the path) meets the link: the path is Failed with a message,
+    never left Downloading behind its lease."""
+    import tasks.download
+
+    hub.add_repo("acme/measured", tiny_files("measured"))
+    wk.declare("measured", "hf://acme/measured", workspaces=["team-a"], subpath="alice")
+    models = wk.volumes["team-a"] / "alice" / "models"
+    outside = outside_dir(tmp_path, {"acme--measured/config.json": b"{}"})
+    measure = tasks.download.path_size
+
+    def swap_then_measure(path, volumes):
+        os.rename(models, models.with_name("models.away"))
+        models.symlink_to(outside)
+        return measure(path, volumes)
+
+    monkeypatch.setattr(tasks.download, "path_size", swap_then_measure)
+    assert ensure_model("measured") == "Failed"
+    model = wk.registry.get_model("measured")
+    assert "cannot measure" in model.message and "symlink" in model.message
+    assert model.local_paths[0].status == "Failed" and model.local_paths[0].holder is None
+    monkeypatch.setattr(tasks.download, "path_size", measure)
+    models.unlink()
+    os.rename(models.with_name("models.away"), models)
+    assert ensure_model("measured") == "Ready"
+    assert tree(outside) == {"acme--measured": "dir", "acme--measured/config.json": b"{}"}
+
+
+def test_a_delete_raced_by_a_swapping_parent_removes_only_the_model(wk, hub, tmp_path):
+    files = tiny_files("race-delete")
+    hub.add_repo("acme/race-delete", files)
+    wk.declare("race-delete", "hf://acme/race-delete", workspaces=["team-a"], subpath="alice")
+    assert ensure_model("race-delete") == "Ready"
+    models = wk.volumes["team-a"] / "alice" / "models"
+    look_alike = {f"acme--race-delete/{name}": b"precious " + name.encode() for name in FETCHED}
+    look_alike["acme--race-delete/.cache/weightkeeper/ready"] = b"precious marker"
+    outside = outside_dir(tmp_path, {"precious": b"keep", **look_alike})
+    before = tree(outside)
+    with Swapper(models, outside) as attacker:
+        time.sleep(0.05)
+        state = delete_model("race-delete", return_state=True)
+    assert tree(outside) == before, f"changed after {attacker.swaps} swaps"
+    if not (state.is_completed() and state.result() == "Released"):
+        assert wk.registry.get_model("race-delete").phase == "Deleting"  # refused this time: kept, retried
+        assert delete_model("race-delete") == "Released"
+    assert wk.registry.find_model("race-delete") is None
+    assert not os.path.lexists(models / "acme--race-delete") and models.is_dir()
+    assert tree(outside) == before
+
+
+# -- 3. a removal through a planted .cache link --------------------------------------------------------------------
+
+
+def test_a_cache_swapped_for_a_link_is_never_written_or_emptied(wk, hub, tmp_path):
+    files = tiny_files("cache-link")
+    hub.add_repo("acme/cache-link", files)
+    wk.declare("cache-link", "hf://acme/cache-link", workspaces=["team-a"])
+    assert ensure_model("cache-link") == "Ready"
+    path = Path(wk.registry.get_model("cache-link").local_paths[0].path)
+    outside = outside_dir(tmp_path, {"weightkeeper/registry.db": b"SQLite format 3\0 not yours",
+                                     f"weightkeeper/{SHARD}.part": b"keep", "weightkeeper/ready": b"keep"})
+    before = tree(outside)
+    shutil.rmtree(path / ".cache")  # needs write access to the model dir: done as root here
+    (path / ".cache").symlink_to(outside)
+    os.truncate(path / SHARD, 10)
+    assert reconcile()[str(path)] == "postponed"  # the repair would write its partial file below .cache: refused
+    assert tree(outside) == before
+    assert "symlink" in wk.registry.get_model("cache-link").local_paths[0].message
+    assert delete_model("cache-link") == "Released"
+    assert not os.path.lexists(path) and tree(outside) == before
+
+
+# -- 4. adoption and a replaced directory --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("planted", ["same-names-and-sizes", "partial-files"])
+def test_files_planted_after_declaration_are_never_adopted(wk, hub, planted):
+    files = tiny_files(f"adopt-{planted}")
+    hub.add_repo("acme/adopt", files)
+    model = wk.declare("adopt", "hf://acme/adopt", workspaces=["team-a"])
+    path = Path(model.local_paths[0].path)
+    fake = {name: b"\0" * len(files[name]) for name in FETCHED}  # equal in size only
+    if planted == "partial-files":  # a resumable download of the attacker's bytes, in a subdirectory
+        fake = {f"{PARTIAL_DIR}/{name}.part": data for name, data in fake.items()}
+    for rel, data in fake.items():
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_bytes(data)
+    before = tree(path)
+    assert ensure_model("adopt") == "Failed"
+    model = wk.registry.get_model("adopt")
+    assert model.phase == "Failed" and model.local_paths[0].status == "Failed"
+    message = model.local_paths[0].message
+    assert "already holds files weightkeeper did not write" in message
+    assert (SHARD if planted == "same-names-and-sizes" else ".cache") in message
+    assert tree(path) == before
+    assert delete_model("adopt") == "Released"
+    assert tree(path) == before
+
+
+def test_a_replaced_model_directory_is_left_to_its_owner_and_the_model_released(wk, hub):
+    hub.add_repo("acme/replaced", tiny_files("replaced"))
+    wk.declare("replaced", "hf://acme/replaced", workspaces=["team-a"], subpath="alice")
+    assert ensure_model("replaced") == "Ready"
+    alice = wk.volumes["team-a"] / "alice"
+    path = Path(wk.registry.get_model("replaced").local_paths[0].path)
+    os.rename(alice / "models", alice / "old")  # the user's own directory: they may rename it
+    path.mkdir(parents=True)
+    for name in FETCHED + ["my-thesis.tex"]:
+        (path / name).write_bytes(b"the user's own " + name.encode())
+    before = tree(alice / "models")
+    with warnings_logged() as warnings:
+        assert delete_model("replaced") == "Released"
+    assert tree(alice / "models") == before
+    assert any("is not the directory weightkeeper made there" in w and str(path) in w for w in warnings), warnings
+    assert fetched_files(str(alice / "old" / "acme--replaced")) == FETCHED  # moved away: no longer at a model path
+
+
+# -- 5. nesting ----------------------------------------------------------------------------------------------------
+
+
+def test_a_model_inside_or_around_another_is_refused_at_declaration(wk):
+    from weightkeeper.service import move_model
+
+    wk.declare("outer", "hf://acme/outer", workspaces=["team-a"])
+    with pytest.raises(InvalidInputError, match="nests with model 'outer'"):
+        wk.declare("inner", "hf://acme/inner", workspaces=["team-a"], subpath="models/acme--outer")
+    wk.declare("deep", "hf://acme/deep", workspaces=["team-a"], subpath="models/x")
+    with pytest.raises(InvalidInputError, match="nests with model 'deep'"):
+        wk.declare("wrapper", "hf://x", workspaces=["team-a"])  # <vol>/models/x holds deep's path
+    with pytest.raises(InvalidInputError, match="nests with model 'outer'"):
+        move_model(wk.settings, wk.registry, "deep", subpath="models/acme--outer", download_policy=None)
+    for subpath in ("alice/.cache", ".cache/models", "models/acme--outer/.cache"):
+        with pytest.raises(InvalidInputError, match="starting with '.'"):
+            wk.declare("dotted", "hf://acme/dotted", workspaces=["team-a"], subpath=subpath)
+    assert sorted(m.name for m in wk.registry.list_models()) == ["deep", "outer"]
+
+
+@pytest.mark.parametrize("subpath, expected", [("models/acme--outer", "nests with model 'outer'"),
+                                               ("alice/.cache", "starting with '.'")])
+def test_the_cli_refuses_nesting_and_dot_segments_in_one_line(wk, subpath, expected):
+    wk.declare("outer", "hf://acme/outer", workspaces=["team-a"])
+    proc = subprocess.run([sys.executable, "-m", "weightkeeper.cli", "model", "create", "intruder", "--source",
+                           "hf://acme/intruder", "--workspace", "team-a", "--subpath", subpath],
+                          env=dict(os.environ, WEIGHTKEEPER_CONFIG=str(wk.config), COLUMNS="80"),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr + proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert [m.name for m in wk.registry.list_models()] == ["outer"]
+
+
+# -- 6. and 7. planted partial-file companions ----------------------------------------------------------------------
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("planted", ["fifo", "fifo-held-open", "link-to-dev-zero", "100-mib-file"])
+def test_a_planted_ranges_file_neither_blocks_nor_floods_the_download(wk, hub, monkeypatch, planted):
+    monkeypatch.setattr(download, "PART_BYTES", 32 * 1024)  # the shard goes as 8 ranges, with a .ranges file
+    files = tiny_files(f"ranges-{planted}", shards=1, shard_size=256 * 1024)
+    hub.add_repo("acme/ranges", files)
+    wk.declare("ranges", "hf://acme/ranges", workspaces=["team-a"])
+    path = wk.made_by_an_earlier_run("ranges")
+    ranges = path / PARTIAL_DIR / f"{ONE_SHARD}.part.ranges"
+    ranges.parent.mkdir(parents=True)
+    writer = None
+    if planted.startswith("fifo"):
+        os.mkfifo(ranges)
+        if planted == "fifo-held-open":  # a blocking read would wait for the attacker forever
+            writer = os.open(ranges, os.O_RDWR | os.O_NONBLOCK)
+    elif planted == "link-to-dev-zero":
+        ranges.symlink_to("/dev/zero")
+    else:
+        with open(ranges, "wb") as f:
+            f.truncate(100 << 20)
+    started = time.monotonic()
+    try:
+        assert ensure_model("ranges") == "Ready", wk.registry.get_model("ranges").message
+    finally:
+        if writer is not None:
+            os.close(writer)
+    assert time.monotonic() - started < 30
+    assert (path / ONE_SHARD).read_bytes() == files[ONE_SHARD]
+    assert not os.path.lexists(ranges) and os.path.exists("/dev/zero")
+
+
+@pytest.mark.parametrize("how", ["hard-link", "symlink"])
+def test_a_link_planted_as_the_partial_file_never_changes_its_target(wk, hub, tmp_path, how):
+    files = tiny_files(f"part-{how}")
+    hub.add_repo("acme/part-link", files)
+    wk.declare("part-link", "hf://acme/part-link", workspaces=["team-a"])
+    path = wk.made_by_an_earlier_run("part-link")
+    outside = outside_dir(tmp_path, {"shadow": b"root:$6$hash:19000:0:99999:7:::\n" * 40})
+    before = tree(outside)
+    part = path / PARTIAL_DIR / f"{SHARD}.part"
+    part.parent.mkdir(parents=True)
+    if how == "hard-link":
+        os.link(outside / "shadow", part)
+    else:
+        part.symlink_to(outside / "shadow")
+    hub.reset_stats()
+    assert ensure_model("part-link") == "Ready"
+    assert (path / SHARD).read_bytes() == files[SHARD]
+    assert hub.get_count("acme/part-link", SHARD) == 1  # nothing resumed from the planted file: one clean fetch
+    assert tree(outside) == before and (outside / "shadow").stat().st_nlink == 1
