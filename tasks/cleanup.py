@@ -16,7 +16,7 @@ from prefect.states import Cancelled, Cancelling
 
 from tasks.download import path_holder
 from tasks.stage import SCRATCH
-from weightkeeper.errors import CleanupError, DownloadError, NotOursError, UnsafePathError
+from weightkeeper.errors import CleanupError, DownloadError, LinkInTheWayError, NotOursError, UnsafePathError
 from weightkeeper.events import emit_phase
 from weightkeeper.anchored import open_path, remove_under
 from weightkeeper.fsops import LEGACY, remove_model_files, remove_model_path
@@ -119,8 +119,11 @@ def _job_pods(settings: Settings, model: Model) -> list[str]:
 
 
 def _retry_cleanup(task, task_run, state) -> bool:
+    """Retry what may pass (a busy volume, a link someone swapped in on the way), not what the guard refuses."""
     try:
         state.result()
+    except LinkInTheWayError:
+        return True
     except UnsafePathError:
         return False
     except Exception:  # noqa: BLE001

@@ -11,7 +11,7 @@ from weightkeeper.layout import HfSource, S3Source, parse_source
 from weightkeeper.registry.common import DOWNLOADING, FAILED
 from weightkeeper.runtime import load_token, runtime
 from weightkeeper.s3 import list_source
-from weightkeeper.sources import s3_client
+from weightkeeper.sources import limits, s3_client
 
 
 def retry_transient(task, task_run, state) -> bool:
@@ -41,10 +41,10 @@ def resolve_revision(name: str) -> Snapshot:
     source = parse_source(model.source)
     try:
         if isinstance(source, S3Source):
-            snapshot = list_source(s3_client(settings), source)
+            snapshot = list_source(s3_client(settings), source, limits(settings))
         else:
             snapshot = resolve_snapshot(HfSource(model.repo_id, model.revision), settings.hf_endpoint,
-                                        load_token(model.token_block))
+                                        load_token(model.token_block), limits(settings))
     except DownloadError as e:
         if e.permanent:
             registry.set_phase(name, FAILED, str(e))

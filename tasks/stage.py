@@ -22,7 +22,7 @@ from weightkeeper.registry import Holder
 from weightkeeper.registry.common import DOWNLOADING, FAILED, PENDING
 from weightkeeper.runtime import download_slot, load_token, runtime
 from weightkeeper.s3 import stage_snapshot
-from weightkeeper.sources import s3_client
+from weightkeeper.sources import pace, s3_client
 
 SCRATCH = "staging"  # below weightkeeper's home: this host's files on their way to S3
 WAIT_POLL_SECONDS = 2.0
@@ -68,7 +68,8 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
         if time.monotonic() > deadline:
             raise DownloadError(f"staging {name!r} to {uri} exceeded its timeout; `weightkeeper model ensure` "
                                 "resumes it", permanent=True)
-        fetch_file(workdir, remote, transfer, lambda _n: beat(), f"{model.repo_id}@{snapshot.commit[:12]}")
+        fetch_file(workdir, remote, transfer, lambda _n: beat(), f"{model.repo_id}@{snapshot.commit[:12]}", deadline,
+                   pace(settings))
         folder, _, leaf = remote.path.rpartition("/")
         with workdir.descend(folder) as d:
             return os.fdopen(d.open(leaf, os.O_RDONLY), "rb"), lambda: remove_under(workdir.where, remote.path)
@@ -76,7 +77,7 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
     workdir = open_under(settings.home, f"{SCRATCH}/{name}", create=True)
     try:
         transfer = hub_transfer(HfSource(model.repo_id, snapshot.commit), snapshot.commit, settings.hf_endpoint,
-                                load_token(model.token_block))
+                                load_token(model.token_block), settings.hub_redirect_hosts)
         with download_slot(settings, lambda in_use, limit: beat(
                 message=f"Waiting for a download slot ({in_use}/{limit} in use) to stage to {uri}", force=True)):
             uploaded, skipped = stage_snapshot(s3_client(settings), uri, snapshot, fetch_one, beat)

@@ -72,8 +72,8 @@ MUTATIONS = {
     "range-resumes-in-run": ("weightkeeper/download.py", "            transfer(file.remote, part.offset, part.end, write)",
                              "            transfer(file.remote, part.start, part.end, write)",
                              "tests/test_download.py::test_a_range_cut_mid_body_resumes_from_its_last_written_byte"),
-    "token-not-to-cdn": ("weightkeeper/hub.py", "(location, headers if _origin(location) == _origin(url) else anonymous)",
-                         "(location, headers)",
+    "token-not-to-cdn": ("weightkeeper/hub.py", "sent = headers if _origin(location) == _origin(home) else anonymous",
+                         "sent = headers",
                          "tests/test_download.py::test_the_token_goes_to_the_hub_and_never_to_the_cdn_it_redirects_to"),
     "connection-reuse": ("weightkeeper/hub.py", "if left == 0 and response._fp.isclosed():", "if False:",
                          "tests/test_download.py::test_ranges_reuse_their_connections"),
@@ -266,6 +266,21 @@ MUTATIONS = {
                                          "    except (OSError, UnsafePathError) as e:  # swapped for a link (or gone)",
                                          "    except ZeroDivisionError as e:  # swapped for a link (or gone)",
                                          "tests/test_attacks.py::test_a_parent_swapped_just_before_the_size_is_measured_fails_the_model"),
+    "link-in-the-way-not-retried": ("tasks/cleanup.py", "    except LinkInTheWayError:\n        return True\n", "",
+                                    "tests/test_attacks.py::"
+                                    "test_a_delete_that_meets_a_swapped_link_retries_and_releases_once_it_is_gone"),
+    "non-hex-commit": ("weightkeeper/download.py",
+                       "    if not isinstance(snapshot.commit, str) or not COMMIT.fullmatch(snapshot.commit):\n",
+                       "    if False:\n",
+                       "tests/test_hub_answers.py::test_a_commit_that_is_not_hex_fails_the_model_and_a_delete_still_releases_it"),
+    "no-digest-accepted": ("weightkeeper/download.py", "        if problem := digest_problem(f):\n", "        if False:\n",
+                           "tests/test_hub_answers.py::test_a_file_without_a_usable_digest_or_size_fails_the_model_before_any_byte"),
+    "stall-watchdog": ("weightkeeper/watchdog.py", "                            _quietly(conn.abort)\n",
+                       "                            pass\n",
+                       "tests/test_hub_answers.py::test_a_dripping_body_fails_at_the_minimum_pace_and_is_retried"),
+    "redirect-anywhere": ("weightkeeper/hub.py", "        if problem := redirect_problem(location, home, redirect_hosts):",
+                          "        if problem := None:",
+                          "tests/test_hub_answers.py::test_a_redirect_anywhere_else_is_refused_and_nothing_is_written"),
 }
 
 

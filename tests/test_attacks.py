@@ -19,14 +19,15 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Self
 
 import pytest
-
 from conftest import tiny_files
+from test_lifecycle import fetched_files
+
 from flows.delete_model import delete_model
 from flows.ensure_model import ensure_model
 from flows.reconcile import reconcile
-from test_lifecycle import fetched_files
 from weightkeeper import download
 from weightkeeper.anchored import Dir
 from weightkeeper.download import PARTIAL_DIR
@@ -92,7 +93,7 @@ class Swapper:
         except OSError as e:
             self.error = e
 
-    def __enter__(self) -> Swapper:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 
@@ -291,9 +292,9 @@ def test_a_download_raced_by_a_swapping_parent_never_writes_outside(wk, hub, tmp
     models = wk.volumes["team-a"] / "alice" / "models"
     models.mkdir(parents=True)
     outside = outside_dir(tmp_path)
-    with hub.throttled(100 * 1024, repo_id="acme/race"):  # about 2.5 s of download
-        with Swapper(models, outside, dwell=(0.002, 0.0003)) as attacker:  # mostly there: the download goes on
-            phase = ensure_model("race")
+    # about 2.5 s of download; the directory is mostly there, so the download goes on between the swaps
+    with hub.throttled(100 * 1024, repo_id="acme/race"), Swapper(models, outside, dwell=(0.002, 0.0003)) as attacker:
+        phase = ensure_model("race")
     assert attacker.swaps > 50
     assert tree(outside) == {}, f"written outside after {attacker.swaps} swaps (phase {phase})"
     model = wk.registry.get_model("race")
@@ -352,6 +353,33 @@ def test_a_delete_raced_by_a_swapping_parent_removes_only_the_model(wk, hub, tmp
     assert wk.registry.find_model("race-delete") is None
     assert not os.path.lexists(models / "acme--race-delete") and models.is_dir()
     assert tree(outside) == before
+
+
+def test_a_delete_that_meets_a_swapped_link_retries_and_releases_once_it_is_gone(wk, hub, tmp_path):
+    """The link is in the way when the delete starts and for a while after: the cleanup is refused each time
+    (nothing outside is touched) and retried, and the same delete releases the model once the user restores."""
+    hub.add_repo("acme/link-wait", tiny_files("link-wait"))
+    wk.declare("link-wait", "hf://acme/link-wait", workspaces=["team-a"], subpath="alice")
+    assert ensure_model("link-wait") == "Ready"
+    models = wk.volumes["team-a"] / "alice" / "models"
+    outside = outside_dir(tmp_path, {"acme--link-wait/config.json": b"precious"})
+    moved = models.with_name("models.moved")
+    models.rename(moved)
+    models.symlink_to(outside, target_is_directory=True)
+
+    def restore() -> None:
+        time.sleep(1.5)
+        models.unlink()
+        moved.rename(models)
+
+    restorer = threading.Thread(target=restore)
+    restorer.start()
+    try:
+        assert delete_model("link-wait") == "Released"
+    finally:
+        restorer.join()
+    assert (outside / "acme--link-wait" / "config.json").read_bytes() == b"precious"
+    assert not os.path.lexists(models / "acme--link-wait")
 
 
 # -- 3. a removal through a planted .cache link --------------------------------------------------------------------
@@ -448,7 +476,7 @@ def test_the_cli_refuses_nesting_and_dot_segments_in_one_line(wk, subpath, expec
     proc = subprocess.run([sys.executable, "-m", "weightkeeper.cli", "model", "create", "intruder", "--source",
                            "hf://acme/intruder", "--workspace", "team-a", "--subpath", subpath],
                           env=dict(os.environ, WEIGHTKEEPER_CONFIG=str(wk.config), COLUMNS="80"),
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2, proc.stderr + proc.stdout
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], proc.stderr

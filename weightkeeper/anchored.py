@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from weightkeeper.errors import CleanupError, UnsafePathError
+from weightkeeper.errors import CleanupError, LinkInTheWayError, UnsafePathError
 from weightkeeper.guard import VolumeRule, check_removable
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -89,8 +89,8 @@ class Dir:
                     child = _open_child(fd, name, create, mode)
                 except OSError as e:
                     if e.errno in (errno.ELOOP, errno.ENOTDIR):
-                        raise UnsafePathError(f"refusing {where}/{name}: it is a symlink or not a directory, and "
-                                              "weightkeeper never follows one below a volume") from None
+                        raise LinkInTheWayError(f"refusing {where}/{name}: it is a symlink or not a directory, "
+                                                "and weightkeeper never follows one below a volume") from None
                     raise
                 os.close(fd)
                 fd, where = child, f"{where}/{name}"

@@ -14,6 +14,12 @@ The file:
     max_concurrent_downloads = 4        # negative = unlimited
     download_timeout_seconds = 10800
     free_space_margin_bytes = 1073741824 # a download must leave this much free on its volume (0: none)
+    max_file_bytes = 2199023255552       # a source may list files of at most this size (2 TiB)
+    max_manifest_files = 100000          # a Hub repository or S3 prefix may list at most this many files
+    min_download_bytes_per_second = 1024 # a download that gets less than this over stall_seconds fails
+    stall_seconds = 60                   #   and its next attempt resumes it (0 bytes/s: no minimum)
+    hub_redirect_hosts = ["cdn.example.com", "10.1.2.3:8443"] # where the Hub may redirect a download besides
+                                         #   https hosts with public addresses and the endpoint's own origin
     [[workspaces]]
     name = "team-a"
     cluster = "local"
@@ -127,6 +133,11 @@ class Settings:
     hub_unreachable_seconds: float = 1800
     verify_workers: int = 4
     free_space_margin_bytes: int = 1 << 30  # a download must leave this much free on its volume
+    max_file_bytes: int = 2 << 40  # the largest file a source may list
+    max_manifest_files: int = 100_000  # the most files a Hub repository or S3 prefix may list
+    min_download_bytes_per_second: int = 1024  # a download slower than this over stall_seconds fails (0: never)
+    stall_seconds: int = 60
+    hub_redirect_hosts: tuple[str, ...] = ()  # `host` or `host:port` a Hub download may be redirected to
     s3: S3Settings | None = None
     work_pool: str = LOCAL_POOL
     reconcile_interval_seconds: float = 60
@@ -313,7 +324,8 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
     known = {"workspaces", "max_concurrent_downloads", "download_timeout_seconds", "hf_endpoint", "registry_url",
              "home", "lease_seconds", "cleanup_retry_seconds", "cleanup_retry_max_seconds", "stop_timeout_seconds",
              "verify_interval_seconds", "hub_unreachable_seconds", "verify_workers", "free_space_margin_bytes", "s3",
-             "work_pool", "reconcile_interval_seconds", "users"}
+             "work_pool", "reconcile_interval_seconds", "users", "max_file_bytes", "max_manifest_files",
+             "min_download_bytes_per_second", "stall_seconds", "hub_redirect_hosts"}
     if set(raw) - known:
         raise ConfigError(f"{where}: unknown settings {sorted(set(raw) - known)}")
     home = Path(raw.get("home", home))
@@ -347,6 +359,19 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
     timeout = _int(raw, "download_timeout_seconds", 10800, where)
     if timeout <= 0:
         raise ConfigError(f"{where}: download_timeout_seconds must be positive")
+    if _int(raw, "max_file_bytes", 2 << 40, where) < 0:
+        raise ConfigError(f"{where}: max_file_bytes must be 0 or more")
+    for key, default in (("max_manifest_files", 100_000), ("stall_seconds", 60)):
+        if _int(raw, key, default, where) <= 0:
+            raise ConfigError(f"{where}: {key} must be positive")
+    if _int(raw, "min_download_bytes_per_second", 1024, where) < 0:
+        raise ConfigError(f"{where}: min_download_bytes_per_second must be 0 (no minimum) or more")
+    redirect_hosts = raw.get("hub_redirect_hosts", [])
+    if not isinstance(redirect_hosts, list) or not all(
+            isinstance(h, str) and re.fullmatch(r"([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?", h)
+            for h in redirect_hosts):
+        raise ConfigError(f"{where}: hub_redirect_hosts must be a list of lowercase `host` or `host:port` "
+                          f"(`[ipv6]:port`), got {redirect_hosts!r}")
     return Settings(
         home=home,
         registry_url=os.environ.get("WEIGHTKEEPER_REGISTRY_URL") or raw.get("registry_url")
@@ -366,6 +391,11 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
         free_space_margin_bytes=_int(raw, "free_space_margin_bytes", 1 << 30, where),
         work_pool=_pool(raw.get("work_pool"), where) or LOCAL_POOL,
         reconcile_interval_seconds=float(raw.get("reconcile_interval_seconds", 60)),
+        max_file_bytes=_int(raw, "max_file_bytes", 2 << 40, where),
+        max_manifest_files=_int(raw, "max_manifest_files", 100_000, where),
+        min_download_bytes_per_second=_int(raw, "min_download_bytes_per_second", 1024, where),
+        stall_seconds=_int(raw, "stall_seconds", 60, where),
+        hub_redirect_hosts=tuple(redirect_hosts),
         users=users,
         config_path=config_path if config_path.exists() else None,
     )

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import posixpath
+import re
 import stat
 import threading
 import time
@@ -30,7 +31,8 @@ from itertools import zip_longest
 
 from weightkeeper.anchored import Dir
 from weightkeeper.errors import DownloadError, UnsafePathError
-from weightkeeper.layout import SEGMENT
+from weightkeeper.layout import COMMIT, SEGMENT
+from weightkeeper.watchdog import Pace, Watchdog
 
 CACHE_DIR = ".cache"
 PARTIAL_DIR = f"{CACHE_DIR}/weightkeeper"
@@ -55,7 +57,16 @@ class RemoteFile:
 
     @classmethod
     def from_json(cls, raw: dict) -> RemoteFile:
-        return cls(raw["path"], raw["size"], raw["blobId"], raw.get("sha256"), raw.get("md5"))
+        """A recorded file; a permanent DownloadError for an entry that is not one."""
+        try:
+            remote = cls(raw["path"], raw["size"], raw["blobId"], raw.get("sha256"), raw.get("md5"))
+        except (KeyError, TypeError, AttributeError):
+            remote = None
+        if remote is None or not isinstance(remote.path, str) or not _is_size(remote.size) or not all(
+                isinstance(v, str) for v in (remote.blob_id, remote.sha256 or "", remote.md5 or "")):
+            raise DownloadError(f"the recorded file entry {shown(raw)} is malformed; delete the model and declare it "
+                                "again", permanent=True)
+        return remote
 
 
 @dataclass(frozen=True)
@@ -67,6 +78,61 @@ class Snapshot:
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a source's answer may hold: settings `max_file_bytes`, `max_manifest_files`."""
+    max_file_bytes: int = 2 << 40
+    max_manifest_files: int = 100_000
+
+
+DIGESTS = (("sha256", 64), ("md5", 32), ("blob_id", 40))  # a file is checked by the first it has
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """`value` as it may appear in a one-line message: its repr, cut to about `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}..."
+
+
+def _is_size(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def digest_problem(remote: RemoteFile) -> str | None:
+    """Why `remote` cannot be checked (None: it can): the digest it is checked by is missing, or is not
+    lowercase hex of its length."""
+    for name, length in DIGESTS:
+        if value := getattr(remote, name):
+            if isinstance(value, str) and re.fullmatch(f"[0-9a-f]{{{length}}}", value):
+                return None
+            return f"its {name} {shown(value)} is not {length} hex digits"
+    return "it has no digest"
+
+
+def check_count(where: str, count: int, limits: Limits) -> None:
+    """A source's listing (every file of the repository or prefix, before selection) is bounded."""
+    if count > limits.max_manifest_files:
+        raise DownloadError(f"refusing {where}: it lists {count} files, more than max_manifest_files "
+                            f"({limits.max_manifest_files}); raise that setting if the model really has that many",
+                            permanent=True)
+
+
+def check_snapshot(snapshot: Snapshot, where: str, limits: Limits) -> Snapshot:
+    """`snapshot` as a source described it (`where`: which model from which server), once it is safe to use:
+    a 40-hex commit, and files of 0 to `max_file_bytes` bytes that each have a digest to check them by."""
+    if not isinstance(snapshot.commit, str) or not COMMIT.fullmatch(snapshot.commit):
+        raise DownloadError(f"refusing {where}: its commit {shown(snapshot.commit)} is not 40 hex digits",
+                            permanent=True)
+    for f in snapshot.files:
+        if not _is_size(f.size) or f.size > limits.max_file_bytes:
+            raise DownloadError(f"refusing {where}: {f.path} has a size of {shown(f.size)}, not 0 to "
+                                f"{limits.max_file_bytes} bytes (max_file_bytes)", permanent=True)
+        if problem := digest_problem(f):
+            raise DownloadError(f"refusing {where}: {f.path} has no usable digest ({problem}), so it could not be "
+                                "verified", permanent=True)
+    return snapshot
 
 
 class TransferInterrupted(Exception):
@@ -87,20 +153,22 @@ def safe_repo_path(path: str, repo_id: str) -> str:
     if path.startswith("/") or posixpath.normpath(path) != path or any(
         s in ("", ".", "..") or not SEGMENT.fullmatch(s) for s in segments
     ) or segments[0] == CACHE_DIR:
-        raise DownloadError(f"repository {repo_id} lists an unsafe file name {path!r}; refusing to download it",
+        raise DownloadError(f"repository {repo_id} lists an unsafe file name {shown(path)}; refusing to download it",
                             permanent=True)
     return path
 
 
 def file_hasher(remote: RemoteFile):
     """sha256 for LFS files, md5 for S3 objects with a plain ETag, the git blob sha1 (`blob <size>\\0` +
-    content) for the other Hub files; None when only the size can be checked (multipart S3 objects)."""
+    content) for the other Hub files. A file without a usable digest (`digest_problem`; never one that
+    `check_snapshot` passed) is a permanent DownloadError."""
+    if problem := digest_problem(remote):
+        raise DownloadError(f"{remote.path} cannot be verified: {problem}; delete the model and declare it again",
+                            permanent=True)
     if remote.sha256:
         return hashlib.sha256()
     if remote.md5:
         return hashlib.md5()  # noqa: S324 - an integrity check against the server's ETag, not security
-    if not remote.blob_id:
-        return None
     h = hashlib.sha1()
     h.update(b"blob %d\0" % remote.size)
     return h
@@ -353,8 +421,9 @@ class PartialFile:
 
 
 def _fetch_part(file: PartialFile, part: Part, transfer: Transfer, on_bytes: Callable[[int], None],
-                stop: threading.Event) -> None:
-    """Fetch the rest of one range; a cut connection resumes from the bytes written, up to RANGE_RETRIES times."""
+                stop: threading.Event, watchdog: Watchdog) -> None:
+    """Fetch the rest of one range; a cut connection resumes from the bytes written, up to RANGE_RETRIES times,
+    unless the fetch was stopped meanwhile (by another range or the watchdog)."""
     def write(chunk: memoryview) -> None:
         if stop.is_set():
             raise _Stopped()
@@ -363,27 +432,36 @@ def _fetch_part(file: PartialFile, part: Part, transfer: Transfer, on_bytes: Cal
         on_bytes(n)
 
     for attempt in range(RANGE_RETRIES + 1):
+        if stop.is_set():
+            raise _Stopped()
         try:
-            transfer(file.remote, part.offset, part.end, write)
+            with watchdog.connection():
+                transfer(file.remote, part.offset, part.end, write)
             if part.complete:
                 return
             problem: Exception = TransferInterrupted(f"the body ended at byte {part.offset} of {part.end}")
         except TransferInterrupted as e:
             problem = e
-        if attempt < RANGE_RETRIES:
-            time.sleep(min(2 ** attempt * 0.25, 4))
+        if stop.wait(min(2 ** attempt * 0.25, 4) if attempt < RANGE_RETRIES else 0):
+            raise _Stopped()
     raise DownloadError(f"the connection for {file.remote.path} of {file.what} was cut {RANGE_RETRIES + 1} times "
                         f"({problem}); the partial file is kept and the next attempt resumes it")
 
 
 def _fetch(target: Dir, remotes: Sequence[RemoteFile], transfer: Transfer, on_bytes: Callable[[int], None],
-           what: str, on_start: Callable[[int], None] = lambda present: None) -> int:
+           what: str, on_start: Callable[[int], None] = lambda present: None, deadline: float = float("inf"),
+           pace: Pace = Pace()) -> int:
     """Fetch the files not in place, CONNECTIONS ranges at a time; returns bytes transferred.
-    `on_start(bytes_present)` is called first with what is already there."""
+    `on_start(bytes_present)` is called first with what is already there. A watchdog fails the fetch past
+    `deadline`, when `on_bytes(0)` raises (it is called every `weightkeeper.watchdog.TICK` seconds), or when
+    the bytes arrive slower than `pace`."""
     files, present = [], 0
     for remote in remotes:
         if in_place(target, remote):
             present += remote.size
+        elif problem := digest_problem(remote):
+            raise DownloadError(f"{remote.path} of {what} cannot be verified ({problem}); delete the model and "
+                                "declare it again", permanent=True)
         else:
             files.append(PartialFile(target, remote, what))
             present += files[-1].resumed
@@ -396,6 +474,12 @@ def _fetch(target: Dir, remotes: Sequence[RemoteFile], transfer: Transfer, on_by
             counted[0] += n
         on_bytes(n)
 
+    def fail(error: BaseException) -> None:
+        with lock:
+            if first[0] is None and not isinstance(error, _Stopped):
+                first[0] = error
+            stop.set()
+
     def run(file: PartialFile, part: Part | None) -> None:
         """Fetch one range of `file` (None: nothing is left to fetch); the last range to end finishes the file."""
         counted_off = False
@@ -404,7 +488,7 @@ def _fetch(target: Dir, remotes: Sequence[RemoteFile], transfer: Transfer, on_by
                 if file.fd < 0 and not file.failed:
                     file.open()
             if part is not None:
-                _fetch_part(file, part, transfer, count, stop)
+                _fetch_part(file, part, transfer, count, stop, watchdog)
             with lock:
                 file.left -= 1
                 last, counted_off = file.left <= 0, True
@@ -414,12 +498,10 @@ def _fetch(target: Dir, remotes: Sequence[RemoteFile], transfer: Transfer, on_by
                 if not file.resumed:
                     raise DownloadError(f"{file.remote.path} of {what} arrived corrupted (checksum or size mismatch); "
                                         "the partial file was dropped and the file will be fetched again")
-                _fetch(target, [file.remote], transfer, count, what)  # the partial file was bad: again, from 0
+                _fetch(target, [file.remote], transfer, count, what, deadline=deadline, pace=pace)  # again, from 0
         except BaseException as e:
+            fail(e)
             with lock:
-                if first[0] is None and not isinstance(e, _Stopped):
-                    first[0] = e
-                stop.set()
                 if not counted_off:
                     file.left -= 1
                 last = not counted_off and file.left <= 0
@@ -431,7 +513,8 @@ def _fetch(target: Dir, remotes: Sequence[RemoteFile], transfer: Transfer, on_by
     per_file = [[(f, p) for p in ([p for p in f.parts if not p.complete] or [None])] for f in files]
     jobs = [job for i in range(0, len(per_file), FILES_AT_ONCE)
             for turn in zip_longest(*per_file[i:i + FILES_AT_ONCE]) for job in turn if job]
-    with ThreadPoolExecutor(max_workers=CONNECTIONS, thread_name_prefix="fetch") as pool:
+    watchdog = Watchdog(deadline, pace, lambda: on_bytes(0), fail, f"download of {what} into {target}")
+    with ThreadPoolExecutor(max_workers=CONNECTIONS, thread_name_prefix="fetch") as pool, watchdog:
         futures = [pool.submit(run, file, part) for file, part in jobs]
         for future in futures:
             try:
@@ -448,19 +531,21 @@ def _fetch(target: Dir, remotes: Sequence[RemoteFile], transfer: Transfer, on_by
 
 
 def fetch_file(target: Dir, remote: RemoteFile, transfer: Transfer, on_bytes: Callable[[int], None],
-               what: str) -> int:
-    """Fetch one file into place (its ranges in parallel); returns the bytes transferred (0 when already there)."""
-    return _fetch(target, [remote], transfer, on_bytes, what)
+               what: str, deadline: float = float("inf"), pace: Pace = Pace()) -> int:
+    """Fetch one file into place (its ranges in parallel); returns the bytes transferred (0 when already there).
+    `on_bytes(0)` is called now and then and may raise to stop (a deleted model)."""
+    return _fetch(target, [remote], transfer, on_bytes, what, deadline=deadline, pace=pace)
 
 
 def fetch_files(snapshot: Snapshot, target: Dir, transfer: Transfer, on_progress: Callable[[int], None],
-                deadline: float, what: str) -> int:
+                deadline: float, what: str, pace: Pace = Pace()) -> int:
     """Fetch every missing file of `snapshot` into `target`, CONNECTIONS ranges at a time; returns bytes
     transferred.
 
-    `on_progress(bytes_present)` is called as data arrives; it may raise to stop the download
-    (a cancelled model). Past `deadline` (a `time.monotonic()` value) the download fails.
-    Nothing is deleted on failure: the next run resumes from the partial files.
+    `on_progress(bytes_present)` is called as data arrives, and now and then while none does; it may
+    raise to stop the download (a cancelled model). Past `deadline` (a `time.monotonic()` value), or
+    slower than `pace`, the download fails. Nothing is deleted on failure: the next run resumes from
+    the partial files.
     """
     lock = threading.Lock()
     present = [0]
@@ -473,9 +558,6 @@ def fetch_files(snapshot: Snapshot, target: Dir, transfer: Transfer, on_progress
         with lock:
             present[0] += n
             done = present[0]
-        if time.monotonic() > deadline:
-            raise DownloadError(f"download of {what} into {target} exceeded its timeout; "
-                                "`weightkeeper model ensure` resumes it from the partial files", permanent=True)
         on_progress(done)
 
-    return _fetch(target, snapshot.files, transfer, on_bytes, what, on_start)
+    return _fetch(target, snapshot.files, transfer, on_bytes, what, on_start, deadline, pace)

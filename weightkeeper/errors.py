@@ -17,6 +17,11 @@ class UnsafePathError(WeightkeeperError):
     """A path failed the cleanup guard and must never be removed."""
 
 
+class LinkInTheWayError(UnsafePathError):
+    """A symlink (or a file) stands where a directory on the way to a path was: someone's race or doing. The
+    operation is refused, never redirected; unlike a path the guard refuses, it may succeed when retried."""
+
+
 class NotFoundError(WeightkeeperError):
     """A model or workspace does not exist."""
 

@@ -6,16 +6,25 @@ ranged GETs over urllib3's pooled connections, several per large file: `hf downl
 file through one connection in Python-sized chunks, which is what limits it. The token goes to
 the endpoint's own origin only, never to a CDN the Hub redirects a file to. Proxies come from
 the environment (`HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`), as for `huggingface_hub`; the read
-timeout is `HF_HUB_DOWNLOAD_TIMEOUT` (10 s by default).
+timeout is `HF_HUB_DOWNLOAD_TIMEOUT` (10 s by default), and the fetch's watchdog
+(`weightkeeper.watchdog`) cuts a body that stalls.
+
+Whatever the Hub answers is checked before it is used: the commit, every file's size and digest
+(`weightkeeper.download.check_snapshot`), and every place it sends a file to. A download follows a
+redirect only to the endpoint's own origin, to an https host whose addresses are not loopback,
+link-local or private (unless the endpoint's are of the same kind), or to a host the setting
+`hub_redirect_hosts` allows; at most MAX_REDIRECTS of them.
 """
 
 from __future__ import annotations
 
 import http.client
+import ipaddress
+import socket
 import threading
 import urllib.request
-from collections.abc import Callable
-from urllib.parse import urlsplit
+from collections.abc import Callable, Collection
+from urllib.parse import urljoin, urlsplit
 
 import httpx2
 import urllib3
@@ -32,22 +41,28 @@ from huggingface_hub.utils import build_hf_headers
 from weightkeeper.anchored import Dir
 from weightkeeper.download import (
     CONNECTIONS,
+    Limits,
     RemoteFile,
     Snapshot,
     Transfer,
     TransferInterrupted,
+    check_count,
+    check_snapshot,
     fetch_files,
     safe_repo_path,
+    shown,
 )
 from weightkeeper.errors import DownloadError
 from weightkeeper.layout import HfSource
 from weightkeeper.planning import select_files
+from weightkeeper.watchdog import Pace, current, read_body
 
 API_TIMEOUT_SECONDS = 30.0
-READ_CHUNK = 1 << 20
-# urllib3 retries connecting and follows redirects (dropping Authorization when the host changes);
-# a body cut short is resumed by weightkeeper.download from the bytes written.
-RETRIES = urllib3.Retry(total=None, connect=2, read=0, status=0, other=0, redirect=5)
+MAX_REDIRECTS = 5
+# urllib3 retries connecting; redirects are followed here, each checked (`redirect_problem`); a body
+# cut short is resumed by weightkeeper.download from the bytes written.
+RETRIES = urllib3.Retry(total=None, connect=2, read=0, status=0, other=0, redirect=False)
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 _pools: dict[str | None, urllib3.PoolManager] = {}
 _pools_lock = threading.Lock()
@@ -69,7 +84,59 @@ def _pool(url: str) -> urllib3.PoolManager:
 
 def _origin(url: str) -> tuple[str, str | None, int | None]:
     parts = urlsplit(url)
-    return parts.scheme, parts.hostname, parts.port
+    return parts.scheme, parts.hostname, parts.port or DEFAULT_PORTS.get(parts.scheme)
+
+
+def without_query(url: str) -> str:
+    """`url` as it may be shown: no credentials, query or fragment (a signed URL's signature is in its query)."""
+    parts = urlsplit(url)
+    host = f"[{parts.hostname}]" if parts.hostname and ":" in parts.hostname else parts.hostname or ""
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    text = repr(f"{parts.scheme}://{host}{port}{parts.path}")[1:-1]
+    return text if len(text) <= 200 else f"{text[:200]}..."
+
+
+def _kinds(host: str) -> set[str]:
+    """The kinds of addresses `host` resolves to: "loopback", "link-local", "private" (any other address that
+    is not global) or "public". OSError when it does not resolve."""
+    kinds = set()
+    for *_, address in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM):
+        ip = ipaddress.ip_address(address[0].split("%")[0])
+        ip = ip.ipv4_mapped or ip if isinstance(ip, ipaddress.IPv6Address) else ip
+        kinds.add("loopback" if ip.is_loopback or ip.is_unspecified else "link-local" if ip.is_link_local
+                  else "private" if not ip.is_global or ip.is_multicast else "public")
+    return kinds
+
+
+def redirect_problem(location: str, endpoint: str, allowed: Collection[str]) -> str | None:
+    """Why a file may not be fetched from `location` (None: it may). Allowed are the endpoint's origin, the
+    hosts (`host` or `host:port`) in `allowed`, and https hosts none of whose addresses is loopback,
+    link-local or private unless the endpoint has an address of the same kind."""
+    parts = urlsplit(location)
+    try:
+        port = parts.port or DEFAULT_PORTS.get(parts.scheme)
+    except ValueError:
+        return "its port is not a number"
+    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
+        return "it is not an http(s) URL"
+    if _origin(location) == _origin(endpoint):
+        return None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    if host in allowed or f"{host}:{port}" in allowed:
+        return None
+    if parts.scheme != "https":
+        return "it is not https and not the endpoint's origin (allow its host in hub_redirect_hosts if it is trusted)"
+    try:
+        kinds, home = _kinds(parts.hostname), _kinds(urlsplit(endpoint).hostname or "")
+    except OSError as e:
+        raise DownloadError(f"cannot resolve {host} to check a redirect to it ({e}); will retry (a host only a "
+                            "proxy can resolve must be allowed in hub_redirect_hosts)") from None
+    if bad := sorted(kinds - home - {"public"}):
+        return f"{host} has a {' and a '.join(bad)} address (allow it in hub_redirect_hosts if it is trusted)"
+    return None
 
 
 def status_error(status: int | None, source: HfSource, endpoint: str | None) -> DownloadError:
@@ -101,57 +168,51 @@ def hub_error(error: Exception, source: HfSource, endpoint: str | None) -> Downl
     return DownloadError(f"downloading {source.repo_id} failed: {error}")
 
 
-def resolve_snapshot(source: HfSource, endpoint: str | None, token: str | None) -> Snapshot:
-    """One request: the commit of the revision (a 40-hex revision as is) and the files to fetch."""
+def resolve_snapshot(source: HfSource, endpoint: str | None, token: str | None, limits: Limits = Limits()) -> Snapshot:
+    """One request: the commit of the revision (a 40-hex revision as is) and the files to fetch, checked."""
     api = HfApi(endpoint=endpoint, token=token or False)
     try:
         info = api.model_info(source.repo_id, revision=source.revision, files_metadata=True,
                               timeout=API_TIMEOUT_SECONDS)
     except Exception as e:  # noqa: BLE001 - every client error becomes a DownloadError
         raise hub_error(e, source, endpoint) from None
-    if not info.sha or (source.pinned_commit and info.sha != source.pinned_commit):
-        raise DownloadError(f"{endpoint or 'the Hub'} returned commit {info.sha!r} for {source.uri}", permanent=True)
-    siblings = {s.rfilename: s for s in info.siblings or []}
+    where = f"{source.repo_id} from {endpoint or 'the Hugging Face Hub'}"
+    if source.pinned_commit and info.sha != source.pinned_commit:
+        raise DownloadError(f"refusing {where}: it answered commit {shown(info.sha)} for {source.uri}",
+                            permanent=True)
+    listed = info.siblings or []
+    check_count(where, len(listed), limits)
+    if bad := next((s.rfilename for s in listed if not isinstance(s.rfilename, str)), None):
+        raise DownloadError(f"refusing {where}: it lists a file name {shown(bad)} that is not a string",
+                            permanent=True)
+    siblings = {s.rfilename: s for s in listed}
     files = []
     for name in select_files(siblings):
         s = siblings[safe_repo_path(name, source.repo_id)]
-        if s.size is None or s.blob_id is None:
-            raise DownloadError(f"{endpoint or 'the Hub'} gave no size or blob id for {name} in {source.repo_id}")
-        files.append(RemoteFile(name, s.size, s.blob_id, s.lfs.sha256 if s.lfs else None))
-    return Snapshot(source.repo_id, info.sha, tuple(files))
+        files.append(RemoteFile(name, s.size, s.blob_id or "", s.lfs.sha256 if s.lfs else None))
+    return check_snapshot(Snapshot(source.repo_id, info.sha, tuple(files)), where, limits)
 
 
-def _read_body(response: urllib3.HTTPResponse, left: int, write: Callable[[memoryview], None]) -> int:
-    """Read up to `left` bytes of the body into one reused buffer, passing each full buffer to `write`; the
-    bytes read. It reads through the `http.client` response under urllib3's: urllib3 2's `readinto` reads
-    into new bytes and copies them (1 GiB: 1.85 s that way, 1.49 s this way, best of 7 on 2 CPUs)."""
-    body: http.client.HTTPResponse = response._fp
-    buf = memoryview(bytearray(min(READ_CHUNK, left)))
-    total = 0
-    while total < left:
-        want = min(len(buf), left - total)
-        n = 0
-        while n < want and (got := body.readinto(buf[n:want])):
-            n += got
-        if n:
-            write(buf[:n])
-            total += n
-        if n < want:
-            break  # the body ended early
-    return total
-
-
-def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str | None) -> Transfer:
-    """Ranges of a commit's files: one HEAD per file (through `huggingface_hub`) finds where it is served."""
+def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str | None,
+                 redirect_hosts: Collection[str] = ()) -> Transfer:
+    """Ranges of a commit's files: one HEAD per file (through `huggingface_hub`) finds where it is served;
+    a redirect there or on the way is followed only where `redirect_problem` finds none."""
     headers = build_hf_headers(token=token or False, library_name="weightkeeper")
     anonymous = {k: v for k, v in headers.items() if k.lower() != "authorization"}
     timeout = urllib3.Timeout(connect=API_TIMEOUT_SECONDS, read=float(constants.HF_HUB_DOWNLOAD_TIMEOUT))
-    located: dict[str, tuple[str, dict[str, str]]] = {}
+    home = endpoint or constants.ENDPOINT
+    located: dict[str, str] = {}
     locks: dict[str, threading.Lock] = {}
     guard = threading.Lock()
 
-    def locate(remote: RemoteFile) -> tuple[str, dict[str, str]]:
-        """Where the file's bytes are served and the headers to send there (the token only to the endpoint)."""
+    def check(remote: RemoteFile, location: str) -> str:
+        if problem := redirect_problem(location, home, redirect_hosts):
+            raise DownloadError(f"{home} redirected {remote.path} of {source.repo_id} to {without_query(location)}; "
+                                f"refused: {problem}", permanent=True)
+        return location
+
+    def locate(remote: RemoteFile) -> str:
+        """Where the file's bytes are served."""
         with guard:
             lock = locks.setdefault(remote.path, threading.Lock())
         with lock:
@@ -162,24 +223,36 @@ def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str
                                                 endpoint=endpoint, library_name="weightkeeper")
                 except Exception as e:  # noqa: BLE001
                     raise hub_error(e, source, endpoint) from None
-                location = meta.location or url
-                located[remote.path] = (location, headers if _origin(location) == _origin(url) else anonymous)
+                located[remote.path] = check(remote, urljoin(url, meta.location)) if meta.location else url
             return located[remote.path]
 
+    def get(remote: RemoteFile, location: str, wanted: dict[str, str]) -> urllib3.BaseHTTPResponse:
+        """The GET of `location`, through checked redirects; the token only to the endpoint's origin."""
+        for _ in range(MAX_REDIRECTS + 1):
+            sent = headers if _origin(location) == _origin(home) else anonymous
+            try:
+                response = _pool(location).request("GET", location, headers={**sent, **wanted}, preload_content=False,
+                                                   decode_content=False, retries=RETRIES, redirect=False,
+                                                   timeout=timeout)
+            except urllib3.exceptions.HTTPError as e:
+                raise hub_error(e, source, endpoint) from None
+            if not (hop := response.get_redirect_location()):
+                return response
+            response.close()
+            location = check(remote, urljoin(location, hop))
+        raise DownloadError(f"{home} redirected {remote.path} of {source.repo_id} more than {MAX_REDIRECTS} times; "
+                            "will retry")
+
     def transfer(remote: RemoteFile, start: int, end: int, write: Callable[[memoryview], None]) -> None:
-        location, sent = locate(remote)
         wanted = {"Range": f"bytes={start}-" if end >= remote.size else f"bytes={start}-{end - 1}",
                   "Accept-Encoding": "identity"}
-        try:
-            response = _pool(location).request("GET", location, headers={**sent, **wanted}, preload_content=False,
-                                               decode_content=False, retries=RETRIES, timeout=timeout)
-        except urllib3.exceptions.HTTPError as e:
-            raise hub_error(e, source, endpoint) from None
+        response = get(remote, locate(remote), wanted)
         left = end - start
         try:
             if response.status == 200 and start == 0 or response.status == 206 and (
                     response.headers.get("Content-Range", "").startswith(f"bytes {start}-")):
-                left -= _read_body(response, left, write)
+                with current().abortable(response.shutdown):
+                    left -= read_body(response, left, write)
             elif response.status in (200, 206):
                 raise DownloadError(f"{endpoint or 'the Hub'} did not honour a Range request for {remote.path} of "
                                     f"{source.repo_id}; will retry")
@@ -197,7 +270,8 @@ def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str
 
 
 def fetch_snapshot(source: HfSource, snapshot: Snapshot, target: Dir, endpoint: str | None, token: str | None,
-                   on_progress: Callable[[int], None], deadline: float) -> int:
+                   on_progress: Callable[[int], None], deadline: float, pace: Pace = Pace(),
+                   redirect_hosts: Collection[str] = ()) -> int:
     """`fetch_files` from the Hub."""
-    return fetch_files(snapshot, target, hub_transfer(source, snapshot.commit, endpoint, token), on_progress,
-                       deadline, f"{source.repo_id}@{snapshot.commit[:12]}")
+    return fetch_files(snapshot, target, hub_transfer(source, snapshot.commit, endpoint, token, redirect_hosts),
+                       on_progress, deadline, f"{source.repo_id}@{snapshot.commit[:12]}", pace)

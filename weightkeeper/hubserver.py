@@ -8,7 +8,8 @@ origin of this server (``localhost`` for ``127.0.0.1``), as the Hub does, which 
 
 File contents are stored content-addressed under ``root/blobs/<sha256>`` and streamed from disk with
 ``socket.sendfile`` in 1 MiB chunks, so gigabyte-sized repos cost no memory. Every request is recorded, and faults
-(throttling, injected error statuses, dropped connections, a whole-Hub outage) can be injected per repo.
+(throttling, injected error statuses, dropped connections, a whole-Hub outage, bodies that drip, redirects to any
+URL, and model metadata answering anything) can be injected per repo.
 
 Access control follows the Hub: a gated repo's metadata and tree are public but its files answer 401 (no token) or
 403 (wrong token) with ``X-Error-Code: GatedRepo``; a private repo answers 401/404 ``RepoNotFound`` everywhere.
@@ -120,6 +121,9 @@ class _Rule:
     status: int = 0
     retry_after: int | None = None
     nbytes: int = 0
+    every: float = 0.0  # drip: seconds between two sends of nbytes
+    url: str = ""  # redirect: where to
+    method: str | None = None  # redirect: only requests of this method (None: any)
 
 
 class _HubError(Exception):
@@ -274,12 +278,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, _tree_json(commit, path, recursive))
         elif m["rest"] is None:
             blobs = query.get("blobs", ["false"])[-1].lower() in ("true", "1")
-            self._send_json(200, _model_json(repo, commit, blobs))
+            self._send_json(200, self.server.hub._tampered_json(repo.repo_id, _model_json(repo, commit, blobs)))
         else:
             raise _HubError(404, "Not Found")
 
     def _resolve(self, revision: str, filename: str) -> None:
         hub = self.server.hub
+        if location := hub._redirect_for(self.record.repo_id, filename, self.command):
+            self.send_response(302)
+            self.send_header("Location", location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         _, commit = hub._lookup(self.record.repo_id, revision, self.headers.get("Authorization"), files=True)
         headers = {"X-Repo-Commit": commit.sha}
         f = commit.files.get(filename)
@@ -334,14 +344,17 @@ class _Handler(BaseHTTPRequestHandler):
         its last chunk), so a client that has just received a whole file always sees up-to-date stats.
         """
         hub, rec = self.server.hub, self.record
-        limit = hub._begin_body(rec.repo_id, f.path, length)
+        limit, drip = hub._begin_body(rec.repo_id, f.path, length)
         in_flight = True
         try:
             with open(f.blob, "rb") as fh:
                 while rec.bytes_sent < limit and not hub._stopping:
                     bps = hub._throttle_for(rec.repo_id)
                     count = min(limit - rec.bytes_sent, CHUNK_SIZE if not bps else max(1, min(CHUNK_SIZE, bps // 10)))
-                    if bps:
+                    if drip:
+                        count = min(count, drip.nbytes)
+                        time.sleep(drip.every)
+                    elif bps:
                         time.sleep(count / bps)  # pace before sending, so the client sees the limit
                     if in_flight and rec.bytes_sent + count >= limit:
                         hub._end_body(rec.repo_id)
@@ -384,6 +397,9 @@ class HubServer:
         self._throttle: dict[str | None, int] = {}
         self._faults: list[_Rule] = []
         self._drops: list[_Rule] = []
+        self._drips: list[_Rule] = []
+        self._redirects: list[_Rule] = []
+        self._tampering: dict[str, dict[str | None, dict]] = {}
         self._offline = False
         self.cdn_redirects = False  # True: LFS files redirect to a CDN URL on another origin, as on the Hub
 
@@ -503,13 +519,15 @@ class HubServer:
             self.requests.clear()
             self.peak_concurrent_repos = sum(1 for n in self._inflight.values() if n)
 
-    def _begin_body(self, repo_id: str, filename: str, length: int) -> int:
-        """Register a body in flight; returns how many bytes to send before a drop_after rule cuts it."""
+    def _begin_body(self, repo_id: str, filename: str, length: int) -> tuple[int, _Rule | None]:
+        """Register a body in flight; returns how many bytes to send before a drop_after rule cuts it, and the
+        drip rule that paces it (None: none does)."""
         with self._lock:
             self._inflight[repo_id] += 1
             self.peak_concurrent_repos = max(self.peak_concurrent_repos, sum(1 for n in self._inflight.values() if n))
             drop = self._take(self._drops, repo_id, lambda name: name == filename)
-            return length if drop is None else min(length, drop.nbytes)
+            drip = self._take(self._drips, repo_id, lambda name: name == filename)
+            return length if drop is None else min(length, drop.nbytes), drip
 
     def _end_body(self, repo_id: str) -> None:
         with self._lock:
@@ -549,6 +567,37 @@ class HubServer:
         """Make the next ``count`` matching body GETs close the connection after ``nbytes`` of body."""
         with self._lock:
             self._drops.append(_Rule(count, repo_id, filename, nbytes=nbytes))
+
+    def drip(self, nbytes: int, every: float, *, count: int = 1, repo_id: str | None = None,
+             filename: str | None = None) -> None:
+        """Make the next ``count`` matching body GETs send ``nbytes`` every ``every`` seconds (a stalling server)."""
+        with self._lock:
+            self._drips.append(_Rule(count, repo_id, filename, nbytes=nbytes, every=every))
+
+    def redirect(self, url: str, *, count: int = 1, repo_id: str | None = None, filename: str | None = None,
+                 method: str | None = None) -> None:
+        """Answer the next ``count`` matching ``/resolve/`` requests (of ``method``, or any) with a 302 to ``url``."""
+        with self._lock:
+            self._redirects.append(_Rule(count, repo_id, filename, url=url, method=method))
+
+    def tamper(self, repo_id: str, path: str | None = None, **fields) -> None:
+        """Make the repo's model info answer ``fields`` (any JSON) over what it holds: at the top level (e.g.
+        ``sha="not-hex"``), or in the entry of file ``path`` (e.g. ``blobId=""``, ``size=-1``)."""
+        with self._lock:
+            self._tampering.setdefault(repo_id, {}).setdefault(path, {}).update(fields)
+
+    def _tampered_json(self, repo_id: str, info: dict) -> dict:
+        with self._lock:
+            for path, fields in self._tampering.get(repo_id, {}).items():
+                for entry in [info] if path is None else [s for s in info["siblings"] if s["rfilename"] == path]:
+                    entry.update(fields)
+        return info
+
+    def _redirect_for(self, repo_id: str, filename: str, method: str) -> str | None:
+        with self._lock:
+            rules = [r for r in self._redirects if r.method in (None, method)]
+            rule = self._take(rules, repo_id, lambda name: name == filename)
+        return rule.url if rule else None
 
     def set_offline(self, offline: bool) -> None:
         """While offline, every request answers 503."""

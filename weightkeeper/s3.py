@@ -4,11 +4,15 @@ A staged object carries the file's expected digest in its metadata (`x-amz-meta-
 a later staging run skips every object already present with the right size and digest. Uploads
 go through boto3's transfer manager (multipart, parallel parts); fills stream ranged GETs into
 the same resumable, hashed `.part` files as downloads from the Hub.
+
+The listing of an s3:// source is checked before use (`weightkeeper.download.check_snapshot`):
+every object needs a plain (single-part) ETag, its MD5, to be verified by.
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import re
 import threading
 from collections.abc import Callable
@@ -18,29 +22,33 @@ from typing import BinaryIO
 import boto3
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, IncompleteReadError, NoCredentialsError
-from urllib3.exceptions import ProtocolError
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from urllib3.exceptions import HTTPError
 
 from weightkeeper.config import S3Settings
 from weightkeeper.anchored import Dir
 from weightkeeper.download import (
     CONNECTIONS,
+    Limits,
     RemoteFile,
     Snapshot,
     Transfer,
     TransferInterrupted,
+    check_count,
+    check_snapshot,
     expected_digest,
     fetch_files,
     safe_repo_path,
+    shown,
 )
 from weightkeeper.errors import CleanupError, DownloadError
 from weightkeeper.layout import S3Source, parse_s3_uri
 from weightkeeper.planning import select_files
+from weightkeeper.watchdog import Pace, current, read_body
 
 DIGEST_KEY = "wk-digest"
 PART_BYTES = 16 << 20
 TRANSFER = TransferConfig(multipart_threshold=PART_BYTES, multipart_chunksize=PART_BYTES, max_concurrency=8)
-READ_CHUNK = 1 << 20
 PLAIN_ETAG = re.compile(r'"?([0-9a-f]{32})"?')
 PERMANENT_CODES = {"NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchKey",
                    "AllAccessDisabled", "InvalidBucketName", "InvalidObjectState"}
@@ -83,20 +91,26 @@ def split_uri(uri: str) -> tuple[str, str]:
     return source.bucket, source.prefix
 
 
-def _objects(client, bucket: str, prefix: str, what: str) -> list[dict]:
+def _objects(client, bucket: str, prefix: str, what: str, limits: Limits | None = None) -> list[dict]:
+    """Every object under `prefix`; with `limits`, no more than `limits.max_manifest_files` of them."""
+    found: list[dict] = []
     try:
-        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-        return [o for page in pages for o in page.get("Contents", [])]
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            found.extend(page.get("Contents", []))
+            if limits:
+                check_count(what, len(found), limits)
     except (BotoCoreError, ClientError) as e:
         raise s3_error(e, what) from None
+    return found
 
 
-def list_source(client, source: S3Source) -> Snapshot:
-    """The files of an S3 source prefix that loading needs (the same patterns as for the Hub).
+def list_source(client, source: S3Source, limits: Limits = Limits()) -> Snapshot:
+    """The files of an S3 source prefix that loading needs (the same patterns as for the Hub), checked.
 
     Its "commit" is a digest of the listing (keys, sizes, ETags): it changes when the objects do.
     """
-    objects = {o["Key"][len(source.prefix):]: o for o in _objects(client, source.bucket, source.prefix, source.uri)
+    objects = {o["Key"][len(source.prefix):]: o
+               for o in _objects(client, source.bucket, source.prefix, source.uri, limits)
                if not o["Key"].endswith("/")}
     if not objects:
         raise DownloadError(f"no objects under {source.uri}; stage the model there first or fix the source",
@@ -104,10 +118,15 @@ def list_source(client, source: S3Source) -> Snapshot:
     files = []
     for name in select_files(objects):
         o = objects[safe_repo_path(name, source.uri)]
-        plain = PLAIN_ETAG.fullmatch(o.get("ETag", ""))
-        files.append(RemoteFile(name, o["Size"], "", md5=plain.group(1) if plain else None))
-    listing = "\n".join(f"{f.path}\0{f.size}\0{objects[f.path].get('ETag', '')}" for f in files)
-    return Snapshot(source.repo_id, hashlib.sha1(listing.encode()).hexdigest(), tuple(files))
+        if not (plain := PLAIN_ETAG.fullmatch(o.get("ETag", ""))):
+            raise DownloadError(f"refusing {source.uri}: {name} has no MD5 to be verified by (its ETag "
+                                f"{shown(o.get('ETag'))} is not one: it was uploaded in parts); upload it again in "
+                                "one part (e.g. `aws s3 cp` with a multipart_threshold above its size, up to 5 GiB)",
+                                permanent=True)
+        files.append(RemoteFile(name, o["Size"], "", md5=plain.group(1)))
+    listing = "\n".join(f"{f.path}\0{f.size}\0{objects[f.path]['ETag']}" for f in files)
+    return check_snapshot(Snapshot(source.repo_id, hashlib.sha1(listing.encode()).hexdigest(), tuple(files)),
+                          source.uri, limits)
 
 
 def s3_transfer(client, uri: str) -> Transfer:
@@ -120,23 +139,28 @@ def s3_transfer(client, uri: str) -> Transfer:
             response = client.get_object(Bucket=bucket, Key=prefix + remote.path, Range=f"bytes={start}-{end - 1}")
         except (BotoCoreError, ClientError) as e:
             raise s3_error(e, what) from None
-        if not response.get("ContentRange", "").startswith(f"bytes {start}-"):
-            raise DownloadError(f"S3 did not honour a Range request for {what}; will retry")
+        raw = response["Body"]._raw_stream  # the urllib3 response under botocore's StreamingBody
+        left = end - start
         try:
-            for chunk in response["Body"].iter_chunks(READ_CHUNK):
-                write(memoryview(chunk))
-        except (HTTPClientError, IncompleteReadError, ProtocolError) as e:  # cut mid-body
+            if not response.get("ContentRange", "").startswith(f"bytes {start}-"):
+                raise DownloadError(f"S3 did not honour a Range request for {what}; will retry")
+            with current().abortable(raw.shutdown):
+                left -= read_body(raw, left, write)
+        except (HTTPError, http.client.HTTPException, OSError) as e:  # cut mid-body, or no data within the timeout
             raise TransferInterrupted(f"{type(e).__name__}: {e}") from None
-        except (BotoCoreError, ClientError) as e:
-            raise s3_error(e, what) from None
+        finally:
+            if left == 0 and raw._fp.isclosed():  # the whole body was read: the connection can be reused
+                raw.release_conn()
+            else:
+                raw.close()
 
     return transfer
 
 
 def fill_from_s3(client, uri: str, snapshot: Snapshot, target: Dir, on_progress: Callable[[int], None],
-                 deadline: float) -> int:
+                 deadline: float, pace: Pace = Pace()) -> int:
     """`fetch_files` from the staged (or source) prefix `uri`."""
-    return fetch_files(snapshot, target, s3_transfer(client, uri), on_progress, deadline, uri)
+    return fetch_files(snapshot, target, s3_transfer(client, uri), on_progress, deadline, uri, pace)
 
 
 def staged(client, bucket: str, key: str, remote: RemoteFile) -> bool:

@@ -6,12 +6,21 @@ from collections.abc import Callable
 
 from weightkeeper.anchored import Dir
 from weightkeeper.config import Settings
-from weightkeeper.download import Snapshot
+from weightkeeper.download import Limits, Snapshot
 from weightkeeper.hub import fetch_snapshot
 from weightkeeper.errors import DownloadError
 from weightkeeper.layout import HfSource, S3Source, parse_source
 from weightkeeper.runtime import load_s3_credentials, load_token
 from weightkeeper.s3 import fill_from_s3, make_client
+from weightkeeper.watchdog import Pace
+
+
+def limits(settings: Settings) -> Limits:
+    return Limits(settings.max_file_bytes, settings.max_manifest_files)
+
+
+def pace(settings: Settings) -> Pace:
+    return Pace(settings.min_download_bytes_per_second, settings.stall_seconds)
 
 
 def s3_client(settings: Settings):
@@ -33,6 +42,6 @@ def fetch_model_files(settings: Settings, source: str, staging_uri: str | None, 
                       snapshot: Snapshot, target: Dir, on_progress: Callable[[int], None], deadline: float) -> int:
     """Fetch the snapshot's missing files into `target` from S3 when the model has it there, else the Hub."""
     if uri := s3_uri(settings, source, staging_uri):
-        return fill_from_s3(s3_client(settings), uri, snapshot, target, on_progress, deadline)
+        return fill_from_s3(s3_client(settings), uri, snapshot, target, on_progress, deadline, pace(settings))
     return fetch_snapshot(HfSource(snapshot.repo_id, snapshot.commit), snapshot, target, settings.hf_endpoint,
-                          load_token(token_block), on_progress, deadline)
+                          load_token(token_block), on_progress, deadline, pace(settings), settings.hub_redirect_hosts)

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from weightkeeper.anchored import Dir
-from weightkeeper.download import RemoteFile, expected_digest, file_hasher
+from weightkeeper.download import RemoteFile, digest_problem, expected_digest, file_hasher
 from weightkeeper.errors import UnsafePathError
 
 READ_CHUNK = 8 << 20
@@ -24,11 +24,9 @@ class Problem:
         return f"{self.path}: {self.reason}"
 
 
-def _digest(d: Dir, name: str, remote: RemoteFile) -> str | None:
-    """The file's digest as its manifest states it, or None when there is nothing to compare with."""
+def _digest(d: Dir, name: str, remote: RemoteFile) -> str:
+    """The file's digest, of the kind its manifest states."""
     h = file_hasher(remote)
-    if h is None:
-        return None
     fd = d.open(name, os.O_RDONLY)
     with os.fdopen(fd, "rb", buffering=0) as f:
         while chunk := f.read(READ_CHUNK):
@@ -54,12 +52,10 @@ def _check(root: Dir, remote: RemoteFile, deep: bool) -> Problem | None:
             return Problem(remote.path, "not a regular file")
         if st.st_size != remote.size:
             return Problem(remote.path, f"size {st.st_size}, expected {remote.size}")
-        if deep:
-            digest = _digest(d, name, remote)
-            if digest is None:
-                return Problem(remote.path, "its manifest has no digest to check it against")
-            if digest != expected_digest(remote):
-                return Problem(remote.path, "content does not match its checksum")
+        if deep and (problem := digest_problem(remote)):
+            return Problem(remote.path, f"cannot be checked: {problem}")
+        if deep and _digest(d, name, remote) != expected_digest(remote):
+            return Problem(remote.path, "content does not match its checksum")
     return None
 
 

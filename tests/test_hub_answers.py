@@ -1,0 +1,329 @@
+"""Hub and S3 answers are untrusted input: a hostile server (the Hub test server's faults, a dripping S3
+endpoint) against the real huggingface_hub and boto3 clients and the real flows. What it answers is
+checked before use (commit, sizes, digests, counts), a body that stalls is cut by the fetch's watchdog,
+and a download follows a redirect only where it is allowed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from conftest import tiny_files
+from test_lifecycle import in_thread, wait_until
+
+from flows.delete_model import delete_model
+from flows.ensure_model import ensure_model
+from tasks.download import download_snapshot
+from weightkeeper.anchored import Dir
+from weightkeeper.config import S3Settings, load_settings
+from weightkeeper.download import RemoteFile, Snapshot, fetch_files
+from weightkeeper.errors import ConfigError, DownloadError
+from weightkeeper.hub import redirect_problem
+from weightkeeper.hubserver import HubServer
+from weightkeeper.s3 import make_client, s3_transfer
+from weightkeeper.verify import verify_copy
+from weightkeeper.watchdog import Pace
+
+SHARD = "model-00001-of-00002.safetensors"
+
+
+def add(hub, name: str, **kw) -> tuple[str, dict[str, bytes], str]:
+    repo = f"acme/{name}-{time.monotonic_ns()}"
+    files = tiny_files(name, **kw)
+    return repo, files, hub.add_repo(repo, files)
+
+
+def written(path: str) -> list[str]:
+    """Files below `path` that hold any byte."""
+    return sorted(str(p.relative_to(path)) for p in Path(path).rglob("*") if p.is_file() and p.stat().st_size)
+
+
+def ensure_within(name: str, seconds: float) -> str:
+    """ensure-model, which must end within `seconds` (a body that stalls for ever must not hold it)."""
+    run = in_thread(ensure_model, name)
+    run.join(seconds)
+    assert not run.is_alive(), f"ensure-model {name} still running after {seconds} s"
+    return run.result["value"]
+
+
+def failed(wk, name: str) -> str:
+    model = wk.registry.get_model(name)
+    assert model.phase == "Failed", (model.phase, model.message)
+    return model.message
+
+
+@pytest.fixture
+def quick_retries(monkeypatch):
+    monkeypatch.setattr(download_snapshot, "retry_delay_seconds", [0, 0])
+
+
+# -- what the Hub says a snapshot is -------------------------------------------------------------------------------
+
+
+def test_a_commit_that_is_not_hex_fails_the_model_and_a_delete_still_releases_it(wk, hub, s3):
+    repo, _, _ = add(hub, "nothex")
+    hub.tamper(repo, sha="0123456789abcdef/../../" + "x" * 200)
+    hub.reset_stats()
+    wk.declare("nothex", f"hf://{repo}")
+    assert ensure_model("nothex") == "Failed"
+    message = failed(wk, "nothex")
+    assert f"refusing {repo} from {hub.url}: its commit '0123456789abcdef/../../xxx" in message
+    assert "is not 40 hex digits" in message and "x" * 100 not in message  # the value is cut short
+    model = wk.registry.get_model("nothex")
+    assert model.commit is None and model.staging_uri is None and s3.keys() == []
+    assert hub.get_count(repo) == 0
+    assert delete_model("nothex") == "Released"
+    assert wk.registry.find_model("nothex") is None
+
+
+@pytest.mark.parametrize("path, fields, reason", [
+    ("config.json", {"blobId": ""}, "config.json has no usable digest (it has no digest)"),
+    ("config.json", {"blobId": "../etc"}, "config.json has no usable digest (its blob_id '../etc' is not 40 hex"),
+    (SHARD, {"lfs": {"sha256": "ab" * 16, "size": 1, "pointerSize": 134}},
+     f"{SHARD} has no usable digest (its sha256 '{'ab' * 16}' is not 64 hex digits)"),
+    ("config.json", {"size": -1}, "config.json has a size of -1, not 0 to 2199023255552 bytes (max_file_bytes)"),
+    ("tokenizer.json", {"size": "12"}, "tokenizer.json has a size of '12', not 0 to"),
+])
+def test_a_file_without_a_usable_digest_or_size_fails_the_model_before_any_byte(wk, hub, path, fields, reason):
+    repo, _, _ = add(hub, "nodigest")
+    hub.tamper(repo, path, **fields)
+    hub.reset_stats()
+    wk.declare("nodigest", f"hf://{repo}", workspaces=["team-a"])
+    assert ensure_model("nodigest") == "Failed"
+    assert f"refusing {repo} from {hub.url}: {reason}" in failed(wk, "nodigest")
+    assert wk.registry.get_model("nodigest").files is None  # nothing was recorded
+    assert hub.get_count(repo) == 0  # and no body asked for
+
+
+def test_files_bigger_than_max_file_bytes_and_listings_longer_than_max_manifest_files_are_refused(wk, hub):
+    repo, _, _ = add(hub, "bounds")
+    wk.rewrite(hf_endpoint=hub.url, max_file_bytes=1024)
+    wk.declare("big", f"hf://{repo}", workspaces=["team-a"])
+    assert ensure_model("big") == "Failed"
+    assert "safetensors has a size of 65536, not 0 to 1024 bytes (max_file_bytes)" in failed(wk, "big")
+    wk.rewrite(hf_endpoint=hub.url, max_manifest_files=3)
+    wk.declare("many", f"hf://{repo}", workspaces=["team-b"])
+    assert ensure_model("many") == "Failed"
+    assert "it lists 9 files, more than max_manifest_files (3); raise that setting" in failed(wk, "many")
+
+
+def test_a_multipart_s3_source_object_without_digest_fails_the_model_naming_it(wk, hub, s3):
+    bucket = f"{s3.bucket}-src"
+    s3.client.create_bucket(Bucket=bucket)
+    files = tiny_files("multipart")
+    for name, body in files.items():
+        if name != SHARD:
+            s3.put(f"team/acme--mp/{name}", body, bucket=bucket)
+    upload = s3.client.create_multipart_upload(Bucket=bucket, Key=f"team/acme--mp/{SHARD}")
+    part = s3.client.upload_part(Bucket=bucket, Key=f"team/acme--mp/{SHARD}", UploadId=upload["UploadId"],
+                                 PartNumber=1, Body=files[SHARD])
+    s3.client.complete_multipart_upload(Bucket=bucket, Key=f"team/acme--mp/{SHARD}", UploadId=upload["UploadId"],
+                                        MultipartUpload={"Parts": [{"ETag": part["ETag"], "PartNumber": 1}]})
+    wk.declare("mp", f"s3://{bucket}/team/acme--mp/", workspaces=["team-a"])
+    assert ensure_model("mp") == "Failed"
+    message = failed(wk, "mp")
+    assert f"refusing s3://{bucket}/team/acme--mp/: {SHARD} has no MD5 to be verified by" in message
+    assert "-1" in message and "upload it again in one part" in message
+    assert written(wk.registry.get_model("mp").local_paths[0].path) == []
+
+
+def test_recorded_junk_is_an_error_not_a_crash(tmp_path):
+    for junk in ({}, [], "x", {"path": "a", "size": "1", "blobId": ""}, {"path": 1, "size": 1, "blobId": ""},
+                 {"path": "a", "size": -1, "blobId": ""}, {"path": "a", "size": 1, "blobId": None}):
+        with pytest.raises(DownloadError, match="is malformed; delete the model and declare it again"):
+            RemoteFile.from_json(junk)
+    (tmp_path / "a").write_bytes(b"abc")
+    with Dir.root(tmp_path) as root:
+        problems = verify_copy(root, [RemoteFile("a", 3, "")], deep=True)
+        assert [str(p) for p in problems] == ["a: cannot be checked: it has no digest"]
+        with pytest.raises(DownloadError, match="b of the test cannot be verified \\(it has no digest\\)"):
+            fetch_files(Snapshot("r", "0" * 40, (RemoteFile("b", 3, ""),)), root, None, lambda done: None,
+                        time.monotonic() + 10, "the test")
+
+
+# -- a body that stalls ---------------------------------------------------------------------------------------------
+
+
+def test_a_dripping_body_fails_at_the_minimum_pace_and_is_retried(wk, hub, quick_retries):
+    wk.rewrite(hf_endpoint=hub.url, min_download_bytes_per_second=1024, stall_seconds=2)
+    repo, _, _ = add(hub, "drip")
+    hub.drip(1, 0.2, count=100, repo_id=repo, filename=SHARD)
+    wk.declare("drip", f"hf://{repo}", workspaces=["team-a"])
+    started = time.monotonic()
+    assert ensure_within("drip", 40) == "Failed"
+    took = time.monotonic() - started
+    assert f"download of {repo}@" in failed(wk, "drip")
+    assert "stalled:" in failed(wk, "drip") and "in the last 2 s, below the minimum of 1024 B/s" in failed(wk, "drip")
+    assert "the next attempt resumes them" in failed(wk, "drip")
+    gets = [r for r in hub.requests if r.repo_id == repo and r.filename == SHARD and r.method == "GET"]
+    assert len(gets) == 3 and took < 30, (len(gets), took)  # three attempts, each cut after about 2 s
+
+
+def test_a_dripping_body_fails_at_the_deadline(wk, hub):
+    wk.rewrite(hf_endpoint=hub.url, download_timeout_seconds=2, min_download_bytes_per_second=1)
+    repo, _, _ = add(hub, "late")
+    hub.drip(1, 0.2, count=100, repo_id=repo, filename=SHARD)
+    wk.declare("late", f"hf://{repo}", workspaces=["team-a"])
+    assert ensure_within("late", 20) == "Failed"
+    assert "exceeded its timeout" in failed(wk, "late")
+
+
+def test_a_delete_during_a_drip_stops_the_download_promptly(wk, hub):
+    wk.rewrite(hf_endpoint=hub.url, min_download_bytes_per_second=0)
+    repo, _, _ = add(hub, "dripdel")
+    hub.drip(1, 0.5, count=100, repo_id=repo, filename=SHARD)
+    wk.declare("dripdel", f"hf://{repo}", workspaces=["team-a"])
+    ensure = in_thread(ensure_model, "dripdel")
+    wait_until(lambda: any(r.filename == SHARD and r.bytes_sent for r in hub.requests if r.repo_id == repo),
+               what="the dripping body to start")
+    path = wk.registry.get_model("dripdel").local_paths[0].path
+    started = time.monotonic()
+    assert delete_model("dripdel") == "Released"
+    assert time.monotonic() - started < 15
+    ensure.join(15)
+    assert not ensure.is_alive() and not Path(path).exists()
+
+
+class _DrippingS3(BaseHTTPRequestHandler):
+    """An S3 endpoint whose every GetObject answers a 206 and then sends a byte a second."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format, *args):  # noqa: A002
+        pass
+
+    def do_GET(self):
+        self.send_response(206)
+        self.send_header("Content-Length", "1000")
+        self.send_header("Content-Range", "bytes 0-999/1000")
+        self.end_headers()
+        try:
+            for _ in range(1000):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                time.sleep(1)
+        except OSError:
+            pass
+
+
+def test_an_s3_body_that_drips_is_cut_by_the_watchdog(tmp_path, monkeypatch):
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        monkeypatch.setenv(key, value)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _DrippingS3)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = make_client(S3Settings("bucket", endpoint_url=f"http://127.0.0.1:{server.server_address[1]}",
+                                        region="us-east-1"))
+        snapshot = Snapshot("r", "0" * 40, (RemoteFile("model.safetensors", 1000, "", md5="0" * 32),))
+        started = time.monotonic()
+        with pytest.raises(DownloadError, match=r"stalled: \d bytes arrived in the last 1 s"), \
+                Dir.root(tmp_path / "m", create=True) as target:
+            fetch_files(snapshot, target, s3_transfer(client, "s3://bucket/p/"), lambda done: None,
+                        time.monotonic() + 60, "s3://bucket/p/", Pace(1024, 1))
+        assert time.monotonic() - started < 5
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# -- redirects ------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def other_hub(tmp_path):
+    """Another Hub server on another loopback port, serving the same repositories: it must never be asked."""
+    with HubServer(tmp_path / "other-hub") as server:
+        yield server
+
+
+@pytest.mark.parametrize("target, method, reason", [
+    ("other", None, "it is not https and not the endpoint's origin"),
+    ("other", "GET", "it is not https and not the endpoint's origin"),  # the HEAD is fine, the GET is redirected
+    ("https://169.254.169.254/latest/meta-data/iam?X-Amz-Signature=secret", None, "a link-local address"),
+    ("http://10.0.0.1/weights?sig=secret#frag", None, "it is not https"),
+])
+def test_a_redirect_anywhere_else_is_refused_and_nothing_is_written(wk, hub, other_hub, target, method, reason):
+    repo, files, commit = add(hub, "redir")
+    other_hub.add_repo(repo, files)
+    if target == "other":
+        target = f"{other_hub.url}/{repo}/resolve/{commit}/{SHARD}"
+    hub.redirect(target, count=100, repo_id=repo, filename=SHARD, method=method)
+    wk.declare("redir", f"hf://{repo}", workspaces=["team-a"])
+    assert ensure_model("redir") == "Failed"
+    message = failed(wk, "redir")
+    shown = target.split("?")[0].split("#")[0]
+    assert f"{hub.url} redirected {SHARD} of {repo} to {shown}; refused: " in message and reason in message
+    assert "secret" not in message and "frag" not in message
+    assert other_hub.requests == []
+    assert [p for p in written(wk.registry.get_model("redir").local_paths[0].path) if SHARD in p] == []
+
+
+def test_a_cdn_on_another_origin_needs_the_allow_list(wk, hub):
+    repo, files, _ = add(hub, "cdn")
+    cdn = f"localhost:{hub.url.rsplit(':', 1)[1]}"
+    hub.cdn_redirects = True
+    try:
+        wk.declare("cdn", f"hf://{repo}", workspaces=["team-a"])
+        assert ensure_model("cdn") == "Failed"
+        assert f"to http://{cdn}/cdn/{repo}/" in failed(wk, "cdn")
+        wk.rewrite(hf_endpoint=hub.url, hub_redirect_hosts=[cdn])
+        hub.reset_stats()
+        assert ensure_model("cdn") == "Ready"
+    finally:
+        hub.cdn_redirects = False
+    path = wk.registry.get_model("cdn").local_paths[0].path
+    assert Path(path, SHARD).read_bytes() == files[SHARD]
+    assert any(r.path.startswith("/cdn/") for r in hub.requests if r.repo_id == repo)
+
+
+@pytest.mark.parametrize("location, allowed, refused", [
+    ("http://127.0.0.1:9000/x", (), None),  # the endpoint's own origin
+    ("http://127.0.0.1:9001/x", (), "not https"),
+    ("https://127.0.0.1:9001/x", (), None),  # loopback, as the endpoint is
+    ("http://127.0.0.1:9001/x", ("127.0.0.1:9001",), None),
+    ("http://127.0.0.1:9001/x", ("127.0.0.1",), None),
+    ("http://127.0.0.1:9001/x", ("127.0.0.1:9002",), "not https"),
+    ("https://169.254.169.254/x", (), "link-local"),
+    ("https://[::ffff:169.254.169.254]/x", (), "link-local"),
+    ("https://10.1.2.3/x", (), "private"),
+    ("https://[fd00::1]/x", (), "private"),
+    ("https://8.8.8.8/x", (), None),
+    ("ftp://8.8.8.8/x", (), "not an http(s) URL"),
+    ("https://8.8.8.8:99999/x", (), "port is not a number"),
+    ("file:///etc/passwd", (), "not an http(s) URL"),
+])
+def test_where_a_redirect_may_go(location, allowed, refused):
+    problem = redirect_problem(location, "http://127.0.0.1:9000", allowed)
+    assert problem is None if refused is None else refused in problem
+
+
+def test_from_a_public_endpoint_no_redirect_goes_to_a_loopback_link_local_or_private_address():
+    assert "private" in redirect_problem("https://10.1.2.3/x", "https://8.8.8.8", ())
+    assert "link-local" in redirect_problem("https://[fe80::1]/x", "https://8.8.8.8", ())
+    assert "loopback" in redirect_problem("https://2130706433/x", "https://8.8.8.8", ())  # 127.0.0.1, spelt as a number
+    assert "loopback" in redirect_problem("https://0.0.0.0/x", "https://8.8.8.8", ())
+
+
+@pytest.mark.parametrize("line, error", [
+    ("max_file_bytes = -1", "max_file_bytes must be 0 or more"),
+    ("max_manifest_files = 0", "max_manifest_files must be positive"),
+    ("stall_seconds = 0", "stall_seconds must be positive"),
+    ("min_download_bytes_per_second = -5", "min_download_bytes_per_second must be 0"),
+    ("min_download_bytes_per_second = 1.5", "must be an integer"),
+    ('hub_redirect_hosts = "cdn.example.com"', "hub_redirect_hosts must be a list"),
+    ('hub_redirect_hosts = ["https://cdn.example.com"]', "hub_redirect_hosts must be a list"),
+    ('hub_redirect_hosts = ["CDN.example.com"]', "hub_redirect_hosts must be a list"),
+])
+def test_the_new_settings_are_validated(tmp_path, line, error):
+    config = tmp_path / "config.toml"
+    config.write_text(f'home = "{tmp_path}"\n{line}\n')
+    with pytest.raises(ConfigError, match=error):
+        load_settings(config)
+    config.write_text(f'home = "{tmp_path}"\nhub_redirect_hosts = ["cdn.example.com", "[::1]:8443", "10.0.0.1:80"]\n')
+    settings = load_settings(config)
+    assert settings.hub_redirect_hosts == ("cdn.example.com", "[::1]:8443", "10.0.0.1:80")
+    assert (settings.max_file_bytes, settings.max_manifest_files) == (2 << 40, 100_000)
+    assert (settings.min_download_bytes_per_second, settings.stall_seconds) == (1024, 60)
