@@ -21,6 +21,7 @@ from served import wait_until
 
 from weightkeeper.errors import WeightkeeperError
 from weightkeeper.prefectserver import (
+    PARENT_ENV,
     free_port,
     healthy,
     is_loopback,
@@ -28,6 +29,7 @@ from weightkeeper.prefectserver import (
     prefect_api,
     prefect_credential,
     start_server,
+    stop,
 )
 
 
@@ -132,9 +134,15 @@ def test_the_server_requires_the_credential_whenever_it_listens_beyond_loopback(
 
 def test_the_server_is_never_started_beyond_loopback_without_a_credential(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_SERVER_API_AUTH_STRING"}
-    with pytest.raises(WeightkeeperError, match="refusing to start the Prefect server on 0.0.0.0 without "
-                                                "authentication: PREFECT_SERVER_API_AUTH_STRING is not set"):
-        start_server(free_port(), tmp_path / "server.log", env, "0.0.0.0")
+    env[PARENT_ENV] = str(os.getpid())  # were one started after all, it would not outlive the test
+    started = []
+    try:
+        with pytest.raises(WeightkeeperError, match="refusing to start the Prefect server on 0.0.0.0 without "
+                                                    "authentication: PREFECT_SERVER_API_AUTH_STRING is not set"):
+            started.append(start_server(free_port(), tmp_path / "server.log", env, "0.0.0.0"))
+    finally:
+        for server in started:
+            stop(server)
     assert not (tmp_path / "server.log").exists()  # nothing was started
 
 
