@@ -16,7 +16,6 @@ import os
 import stat
 import uuid
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 
 from weightkeeper.errors import CleanupError, LinkInTheWayError, UnsafePathError
 from weightkeeper.guard import VolumeRule, check_removable
@@ -313,10 +312,3 @@ def remove_under(root: str | os.PathLike, relative: str) -> bool:
             return d.remove(name)
     except FileNotFoundError:
         return False
-
-
-def as_dir(target: Dir | Path | str, create: bool = True) -> Dir:
-    """`target` as a Dir: a Dir is duplicated (the caller keeps its own), a path is a trusted root."""
-    if isinstance(target, Dir):
-        return Dir(os.dup(target.fd), target.where)
-    return Dir.root(target, create=create)
