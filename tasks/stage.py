@@ -14,6 +14,7 @@ from prefect.states import Cancelled
 
 from tasks.snapshot import retry_transient
 from weightkeeper.anchored import open_under, remove_under
+from weightkeeper.sharing import discard
 from weightkeeper.download import RemoteFile, Snapshot, fetch_file
 from weightkeeper.hub import hub_transfer
 from weightkeeper.errors import DownloadCancelled, DownloadError
@@ -72,7 +73,7 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
                    pace(settings))
         folder, _, leaf = remote.path.rpartition("/")
         with workdir.descend(folder) as d:
-            return os.fdopen(d.open(leaf, os.O_RDONLY), "rb"), lambda: remove_under(workdir.where, remote.path)
+            return os.fdopen(d.open(leaf, os.O_RDONLY), "rb"), lambda: discard(workdir, remote.path)
 
     workdir = open_under(settings.home, f"{SCRATCH}/{name}", create=True)
     try:
