@@ -6,7 +6,6 @@ from prefect import flow, get_run_logger
 
 from flows.jobs import deployed, download_paths
 from tasks.cleanup import clean_path
-from tasks.download import download_snapshot, record_size
 from tasks.report import finish_model, publish_paths
 from tasks.snapshot import resolve_revision
 from tasks.stage import stage_to_s3
@@ -35,21 +34,8 @@ def ensure_model(name: str) -> str:
             if not staged.is_completed():
                 snapshot, step = staged, "stage"
         if snapshot.is_completed():
-            snapshot = snapshot.result()
-            recorded = []
-            paths = registry.get_model(name).local_paths
-            if deployed():  # each path is a download-to-path run in the work pool of its workspace
-                done = download_paths(name, [p for p in paths if not p.retired])
-            else:
-                for p in (p for p in paths if not p.retired):
-                    download = download_snapshot.with_options(task_run_name=f"download-{name}-{p.workspace}").submit(
-                        name, p.id, snapshot)
-                    recorded.append(record_size.with_options(
-                        task_run_name=f"record-size-{name}-{p.workspace}").submit(name, p.id, wait_for=[download]))
-                for future in recorded:
-                    future.wait()
-                done = all(f.state.is_completed() for f in recorded)
-            if done:
+            paths = registry.get_model(name).local_paths  # each a download-to-path run, here or in its pool
+            if download_paths(name, [p for p in paths if not p.retired], here=not deployed()):
                 for p in (p for p in paths if p.retired):
                     clean_path.with_options(task_run_name=f"clean-{name}-{p.workspace}-retired")(
                         name, p.id, return_state=True)

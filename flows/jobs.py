@@ -1,30 +1,41 @@
-"""Per-path jobs: when a lifecycle flow runs as a deployment, each path's work is a flow run of the
-`download-to-path` / `clean-path` deployment in the work pool of the path's workspace."""
+"""Per-path jobs: each path's work is one run of the `download-to-path` / `clean-path` flow, on the
+infrastructure the call chooses: here (a subflow per path, run concurrently) or in the work pool of the
+path's workspace (a deployment run). `run_path_jobs` runs a set of paths either way and returns the
+failures, so failover and every other rule apply to both."""
 
 from __future__ import annotations
 
+import socket
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 
-from prefect import get_run_logger
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.context import FlowRunContext
 from prefect.deployments import run_deployment
 from prefect.runtime import flow_run
+from prefect.states import Cancelled, Cancelling, State
 
+from flows.paths import PATH_FLOWS, run_budget
 from weightkeeper.config import DOWNLOAD_FLOW, Settings, deployment_name, job_run_name
 from weightkeeper.errors import InvalidInputError
 from weightkeeper.kube import job_variables
 from weightkeeper.planning import MAX_FAILOVERS, failover_workspace
-from weightkeeper.registry import LocalPath, Model
-from weightkeeper.registry.common import FAILED
+from weightkeeper.registry import Holder, LocalPath, Model, Registry
+from weightkeeper.registry.common import FAILED, READY, utcnow
+from weightkeeper.registry.leases import abandoned
+from weightkeeper.runs import mark_run_crashed
 from weightkeeper.runtime import runtime
 
 POLL_SECONDS = 2.0
+START_SECONDS = 600.0  # a deployment run not started by then has no worker (a Kubernetes pod may pull its image)
+NOBODY = Holder("", "", 0, 0.0)  # holds no lease: a write as NOBODY happens only while nobody holds the path
 
 
 def deployed() -> bool:
-    """True in a flow run of a deployment; in-process runs (CLI --wait, tests, demo) run tasks here instead."""
+    """True in a flow run of a deployment: its per-path jobs run in the workspaces' pools; else here."""
     context = FlowRunContext.get()
     return bool(context and context.flow_run and context.flow_run.deployment_id)
 
@@ -43,55 +54,164 @@ class JobFailure:
     path: LocalPath
     message: str
     crashed: bool  # the infrastructure went away (Prefect's Crashed), not the work itself failing
+    stopped: bool = False  # the child was cancelled and left the path as it was, to be resumed
 
     def __str__(self) -> str:
         return f"{self.path.path}: {self.message}"
 
 
-def run_path_jobs(flow: str, name: str, paths: list[LocalPath]) -> list[JobFailure]:
-    """Run `flow(name, path_id)` for each path in its workspace's pool and wait; the runs that did not complete."""
+def child_alive(path: LocalPath, run_id: uuid.UUID) -> bool:
+    """False once the path's lease held by child run `run_id` is abandoned: it lapsed (nothing renewed it
+    for `lease_seconds`: its worker died) or its holder was a process of this host that is gone. A path the
+    child does not hold (not claimed yet, done, or waiting for another holder) says nothing: True."""
+    lease = path.lease
+    mine = lease is not None and lease.holder.run == f"{run_id}/{path.id}"  # tasks.download.path_holder
+    return not (mine and abandoned(lease, utcnow(), socket.gethostname()))
+
+
+def _outcome(flow: str, path: LocalPath, run_id, state: State | None) -> JobFailure | None:
+    """The failure a child run's final state says, if it did not complete."""
+    if state is not None and state.is_completed():
+        return None
+    name = state.name if state else "without a state"
+    return JobFailure(path, f"{flow} run {run_id} {name}: {state.message if state else ''}".rstrip(": "),
+                      crashed=bool(state and state.is_crashed()), stopped=bool(state and state.is_cancelled()))
+
+
+@task(name="run-path-job", cache_policy=NO_CACHE)
+def _run_here(flow: str, name: str, path: LocalPath) -> JobFailure | None:
+    """One path's flow as a subflow of this run. Called from a task, so that subflows started together
+    each get their own parent task run (Prefect numbers those of plain threads racily)."""
+    state = PATH_FLOWS[flow].with_options(flow_run_name=job_run_name(flow, name, path.workspace))(
+        name, path.id, return_state=True)
+    return _outcome(flow, path, state.state_details.flow_run_id, state)
+
+
+def _jobs_here(flow: str, name: str, paths: list[LocalPath]) -> list[JobFailure]:
+    """Run each path's flow here, concurrently, and wait: the runs live and die with this process, and their
+    own steps have deadlines."""
+    futures = [(p, _run_here.with_options(task_run_name=f"run-{job_run_name(flow, name, p.workspace)}")
+                .submit(flow, name, p)) for p in paths]
+    failed = []
+    for path, future in futures:
+        future.wait()
+        if future.state.is_completed():
+            failure = future.result()
+        else:
+            failure = JobFailure(path, f"{flow} for {path.workspace} {future.state.name}: {future.state.message}",
+                                 crashed=future.state.is_crashed())
+        if failure is not None:
+            failed.append(failure)
+    return failed
+
+
+@dataclass
+class _Child:
+    """A deployment run working on one path."""
+
+    path: LocalPath
+    run_id: uuid.UUID
+    pool: str
+    created: float = field(default_factory=time.monotonic)
+    started: float | None = None
+
+
+def _jobs_deployed(flow: str, name: str, paths: list[LocalPath]) -> list[JobFailure]:
+    """Start each path's flow as a deployment run in its workspace's pool and wait for them all."""
     settings, registry = runtime()
     model = registry.get_model(name)
-    runs, failed = {}, []
+    children, failed = [], []
     for p in paths:
         try:
             variables = workspace_job_variables(settings, model, p.workspace)
         except InvalidInputError as e:
-            registry.finish_path(name, p.id, None, FAILED, str(e))
+            registry.path_failed(name, p.id, None, str(e))
             failed.append(JobFailure(p, str(e), crashed=False))
             continue
-        runs[p.id] = p, run_deployment(
-            deployment_name(flow, settings.pool_for(p.workspace)), parameters={"name": name, "path_id": p.id},
-            job_variables=variables, timeout=0, flow_run_name=job_run_name(flow, name, p.workspace),
-            idempotency_key=f"{flow_run.id}/{flow}/{p.id}")
-    pending = dict(runs)
+        pool = settings.pool_for(p.workspace)
+        run = run_deployment(
+            deployment_name(flow, pool), parameters={"name": name, "path_id": p.id}, job_variables=variables,
+            timeout=0, flow_run_name=job_run_name(flow, name, p.workspace),
+            idempotency_key=f"{flow_run.id or uuid.uuid4()}/{flow}/{p.id}/{p.failover_attempts}")
+        children.append(_Child(p, run.id, pool))
+    budget = run_budget(flow, settings)
     with get_client(sync_client=True) as client:
-        while pending:
+        while children:
             time.sleep(POLL_SECONDS)
-            for path_id, (path, run) in list(pending.items()):
-                state = client.read_flow_run(run.id).state
-                if state is not None and state.is_final():
-                    del pending[path_id]
-                    if not state.is_completed():
-                        failed.append(JobFailure(path, f"{flow} run {run.id} {state.name}: {state.message or ''}"
-                                                 .rstrip(": "), crashed=state.is_crashed()))
+            paths_now = {p.id: p for p in registry.get_model(name).local_paths}
+            for child in list(children):
+                done, failure = _check(client, flow, child, paths_now.get(child.path.id), budget)
+                if done:
+                    children.remove(child)
+                    failed += [failure] if failure else []
     return failed
 
 
-def download_paths(name: str, paths: list[LocalPath]) -> bool:
-    """Fill each path with a download-to-path run in its workspace's pool. A run whose infrastructure
-    crashed moves to another workspace of the same cluster with the same volume root (`failover_workspace`),
-    at most `MAX_FAILOVERS` times per path, counted in the registry. True when every path completed."""
+def _check(client, flow: str, child: _Child, path: LocalPath | None, budget: float) -> tuple[bool, JobFailure | None]:
+    """Whether to stop waiting for a deployment run, and its failure. Deadlines: START_SECONDS to leave
+    Scheduled/Pending (else no worker serves the pool), `budget` once started; a child past one is cancelled.
+    A started child whose path lease is abandoned (`child_alive`) is marked Crashed (read back next poll)."""
+    state, now = client.read_flow_run(child.run_id).state, time.monotonic()
+    if state is not None and state.is_final():
+        return True, _outcome(flow, child.path, child.run_id, state)
+    if state is None or state.is_scheduled() or state.is_pending():
+        if now - child.created <= START_SECONDS:
+            return False, None
+        failure = JobFailure(child.path, f"{flow} run {child.run_id} was not started within {START_SECONDS:.0f} s: "
+                             f"no worker serves work pool {child.pool!r}; start one (`weightkeeper serve`, or "
+                             f"`prefect worker start --pool {child.pool}`)", crashed=False)
+        stop = Cancelled if state is not None and state.is_scheduled() else Cancelling
+    else:
+        child.started = child.started or now
+        if path is not None and not child_alive(path, child.run_id):
+            holder = path.lease.holder
+            mark_run_crashed(str(child.run_id), f"its worker is gone: nothing renews its lease on {path.path} "
+                                                f"(pid {holder.pid} on host {holder.host})")
+            return False, None
+        if now - child.started <= budget:
+            return False, None
+        failure = JobFailure(child.path, f"{flow} run {child.run_id} still {state.name} after {budget:.0f} s",
+                             crashed=False)
+        stop = Cancelling
+    client.set_flow_run_state(child.run_id, stop(message=failure.message), force=True)
+    return True, failure
+
+
+def run_path_jobs(flow: str, name: str, paths: list[LocalPath], here: bool = False) -> list[JobFailure]:
+    """Run `flow(name, path_id)` for each path, here or in its workspace's pool, and wait; the runs that
+    did not complete."""
+    return _jobs_here(flow, name, paths) if here else _jobs_deployed(flow, name, paths)
+
+
+def _record(registry: Registry, name: str, failure: JobFailure) -> None:
+    """Fail the path of a child that could not say why itself (crashed, never started, cut off), unless
+    another run works on the path now; an abandoned lease is taken away with it."""
+    path = next((p for p in registry.get_model(name).local_paths if p.id == failure.path.id), None)
+    if path is None or failure.stopped or path.status in (READY, FAILED):
+        return
+    lease = path.lease
+    holder = lease.holder if lease and abandoned(lease, utcnow(), socket.gethostname()) else NOBODY
+    registry.path_failed(name, path.id, holder, f"{failure.message}; `weightkeeper model ensure {name}` resumes it")
+
+
+def download_paths(name: str, paths: list[LocalPath], here: bool = False) -> bool:
+    """Fill each path with a download-to-path run (here or in its workspace's pool). A run whose
+    infrastructure crashed moves to another workspace of the same cluster with the same volume root
+    (`failover_workspace`), at most `MAX_FAILOVERS` times per path, counted in the registry. True when
+    every path completed."""
+    logger = get_run_logger()
     settings, registry = runtime()
     todo, final = paths, []
     while todo:
         moved = []
-        for failure in run_path_jobs(DOWNLOAD_FLOW, name, todo):
+        for failure in run_path_jobs(DOWNLOAD_FLOW, name, todo, here):
             target = failure.crashed and failover_workspace(settings.workspaces, failure.path.workspace)
             if target and registry.fail_over(name, failure.path.id, target.name, MAX_FAILOVERS):
-                get_run_logger().warning("%s: %s; moved to workspace %r", name, failure, target.name)
+                logger.warning("%s: %s; moved to workspace %r", name, failure, target.name)
                 moved.append(next(p for p in registry.get_model(name).local_paths if p.id == failure.path.id))
             else:
+                logger.error("%s: %s", name, failure)
+                _record(registry, name, failure)
                 final.append(failure)
         todo = moved
     return not final

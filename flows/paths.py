@@ -1,15 +1,23 @@
-"""Per-path jobs, deployed once per work pool: the existing download and cleanup tasks, one path each."""
+"""The per-path flows: one path's download or cleanup, run as a subflow here or as a deployment run in
+the work pool of the path's workspace (`flows.jobs` chooses per call)."""
 
 from __future__ import annotations
 
 from prefect import flow
 
-from flows.delete_model import CLEANUP_RETRIES, cleanup_delays
 from tasks.cleanup import clean_path
 from tasks.download import download_snapshot, record_size
 from tasks.snapshot import resolve_revision
-from weightkeeper.config import CLEAN_FLOW, DOWNLOAD_FLOW
+from weightkeeper.config import CLEAN_FLOW, DOWNLOAD_FLOW, Settings
 from weightkeeper.runtime import runtime
+
+CLEANUP_RETRIES = 10
+MARGIN_SECONDS = 600  # for what a run does besides its bounded steps: start, claim, slot wait, verification
+
+
+def cleanup_delays(first: float, cap: float, retries: int = CLEANUP_RETRIES) -> list[float]:
+    """30 s, doubling, capped: keep-and-retry without hammering a broken volume."""
+    return [min(first * 2**i, cap) for i in range(retries)]
 
 
 def _workspace(name: str, path_id: int) -> str:
@@ -38,3 +46,18 @@ def clean_one_path(name: str, path_id: int) -> str:
         task_run_name=f"clean-{name}-{_workspace(name, path_id)}", retries=CLEANUP_RETRIES,
         retry_delay_seconds=cleanup_delays(settings.cleanup_retry_seconds, settings.cleanup_retry_max_seconds))
     return cleaner(name, path_id)
+
+
+PATH_FLOWS = {DOWNLOAD_FLOW: download_to_path, CLEAN_FLOW: clean_one_path}
+
+
+def run_budget(flow: str, settings: Settings) -> float:
+    """How long a started run of a per-path flow may take: its steps' own deadlines (`download_timeout_seconds`
+    for each download attempt; `stop_timeout_seconds` plus the back-off between attempts for a cleanup),
+    plus MARGIN_SECONDS."""
+    if flow == DOWNLOAD_FLOW:
+        work = settings.download_timeout_seconds * (1 + download_snapshot.retries)
+    else:
+        work = settings.stop_timeout_seconds + sum(cleanup_delays(settings.cleanup_retry_seconds,
+                                                                  settings.cleanup_retry_max_seconds))
+    return work + MARGIN_SECONDS

@@ -7,9 +7,7 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
-from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run
-from prefect.states import Crashed
 
 from flows.jobs import deployed
 from tasks.cleanup import collect_shared_copy
@@ -18,27 +16,15 @@ from weightkeeper.config import DELETE_FLOW, RECONCILE_FLOW, Settings
 from weightkeeper.desired import IN_PROGRESS, needed_run, orphans
 from weightkeeper.errors import NotFoundError
 from weightkeeper.registry import Registry
-from weightkeeper.registry.common import DELETING, READY
-from weightkeeper.registry.runs import RunLease
-from weightkeeper.runs import NoDeployment, reserve, start_deployment
+from weightkeeper.registry.common import DELETING, FAILED, READY
+from weightkeeper.runs import NoDeployment, flow_run_of, mark_run_crashed, reserve, start_deployment
 from weightkeeper.runtime import ensure_download_limit, runtime
-
-
-def _flow_run_id(lease: RunLease) -> str | None:
-    """The Prefect flow run behind a lease (None for reservations and runs outside Prefect)."""
-    return None if lease.reserved or lease.holder.startswith("local/") else lease.holder
 
 
 @task(name="mark-crashed")
 def mark_crashed(run_id: str, model: str) -> str:
     """A run whose lease lapsed is dead (killed with its worker): show it Crashed instead of Running."""
-    with get_client(sync_client=True) as client:
-        state = client.read_flow_run(run_id).state
-        if state is None or state.is_final():
-            return state.name if state else "unknown"
-        client.set_flow_run_state(run_id, Crashed(message=f"no heartbeat on the lease of model {model!r}; "
-                                                          "reconcile redoes its work"), force=True)
-    return "Crashed"
+    return mark_run_crashed(run_id, f"no heartbeat on the lease of model {model!r}; reconcile redoes its work")
 
 
 @task(name="start-run")
@@ -70,15 +56,15 @@ def _run_here(flow_name: str, name: str) -> str:
 
 def _drive_models(settings: Settings, registry: Registry) -> dict[str, str]:
     logger = get_run_logger()
-    leases = registry.run_leases(settings.lease_seconds)
+    leases = registry.run_leases()
     outcomes: dict[str, str] = {}
     for model in registry.list_models(include_deleting=True):
         lease = leases.get(model.name)
-        if lease is not None and not lease.fresh and (run_id := _flow_run_id(lease)):
-            logger.warning("%s: run %s of %s has no heartbeat since %s; treated as crashed", model.name, run_id,
-                           lease.flow, lease.heartbeat_at)
+        if lease is not None and not lease.fresh and (run_id := flow_run_of(lease.lease)):
+            logger.warning("%s: run %s of %s has not renewed its lease since %s; treated as crashed", model.name,
+                           run_id, lease.flow, lease.lease.expires_at)
             mark_crashed(run_id, model.name, return_state=True)
-        if flow_name := needed_run(model.phase, lease):
+        if flow_name := needed_run(model.phase, lease.flow if lease is not None and lease.fresh else None):
             outcomes[f"model {model.name}"] = start_run(flow_name, model.name)
     return outcomes
 
@@ -109,8 +95,8 @@ def reconcile() -> dict[str, str]:
               for a in registry.list_artifacts()}
     own = {p.path: verify_model_path.with_options(task_run_name=f"verify-{m.name}-{p.workspace}").submit(m.name, p.id)
            for m in registry.list_models() if m.files
-           for p in m.local_paths if p.artifact_id is None and p.owned and p.status in (READY, "Failed")
-           and m.phase in (READY, "Failed")}
+           for p in m.local_paths if p.artifact_id is None and p.owned and not p.retired  # retired: only cleaned
+           and p.status in (READY, FAILED) and m.phase in (READY, FAILED)}
     for path, future in {**shared, **own}.items():
         future.wait()
         outcomes[path] = future.result() if future.state.is_completed() else f"error: {future.state.message}"

@@ -7,7 +7,6 @@ import signal
 import socket
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 
 from prefect import get_run_logger, task
 from prefect.client.orchestration import get_client
@@ -23,8 +22,10 @@ from weightkeeper.fsops import LEGACY, remove_model_files, remove_model_path
 from weightkeeper.config import DOWNLOAD_FLOW, Settings, job_run_name
 from weightkeeper.guard import check_removable, check_staged_prefix
 from weightkeeper.pods import live_pods
+from weightkeeper.lease import renewed
 from weightkeeper.registry import Holder, Model
-from weightkeeper.registry.common import CLEANING, process_start_time, utcnow
+from weightkeeper.registry.common import utcnow
+from weightkeeper.registry.leases import CLEANUP, Kind, Lease, abandoned, process_alive
 from weightkeeper.runtime import runtime
 from weightkeeper.s3 import delete_prefix
 from weightkeeper.sharing import file_lock, links_into, unmark_ready
@@ -36,13 +37,9 @@ TERM_GRACE_SECONDS = 10.0
 
 def _alive_here(holder: Holder) -> bool:
     """True when the holder's process still runs on this host (same pid and start time)."""
-    if holder.host != socket.gethostname() or holder.pid == os.getpid():
+    if holder.host != socket.gethostname() or holder.pid == os.getpid() or holder.started <= 0:
         return False
-    return process_start_time(holder.pid) == holder.started and holder.started > 0
-
-
-def _fresh(heartbeat_at: datetime | None, lease: float) -> bool:
-    return heartbeat_at is not None and heartbeat_at > utcnow() - timedelta(seconds=lease)
+    return process_alive(holder)
 
 
 @dataclass(frozen=True)
@@ -50,16 +47,17 @@ class _Work:
     """A download (or a staging to S3) of the model that holds a lease."""
 
     what: str
-    holder: Holder
-    heartbeat_at: datetime | None
+    lease: Lease
 
 
-def _running(model: Model, lease: float) -> list[_Work]:
-    work = [_Work(f"{p.workspace}:{p.path}", p.holder, p.heartbeat_at) for p in model.local_paths
-            if p.holder is not None and p.status != CLEANING]
-    if model.staging_holder is not None:
-        work.append(_Work(f"staging to {model.staging_uri}", model.staging_holder, model.staging_heartbeat_at))
-    return [w for w in work if _fresh(w.heartbeat_at, lease) or _alive_here(w.holder)]
+def _running(model: Model) -> list[_Work]:
+    """The model's work that holds a live lease, or a lapsed one while its process still runs here."""
+    work = [_Work(f"{p.workspace}:{p.path}", p.lease) for p in model.local_paths
+            if p.lease is not None and p.lease.purpose != CLEANUP]
+    if model.staging_lease is not None:
+        work.append(_Work(f"staging to {model.staging_uri}", model.staging_lease))
+    now, here = utcnow(), socket.gethostname()
+    return [w for w in work if not abandoned(w.lease, now, here) or _alive_here(w.lease.holder)]
 
 
 @task(name="stop-downloads", retries=3, retry_delay_seconds=30)
@@ -76,20 +74,21 @@ def stop_downloads(name: str) -> int:
     signalled: dict[int, float] = {}
     while True:
         model = registry.get_model(name)
-        active = _running(model, settings.lease_seconds)
+        active = _running(model)
         pods = [] if active else _job_pods(settings, model)  # the leases first, then what the clusters say
         if not active and not pods:
             if seen:
                 logger.info("%s: %d download(s) stopped", name, len(seen))
             return len(seen)
         for w in active:
-            seen.add(w.holder.run)
-            if not _fresh(w.heartbeat_at, settings.lease_seconds) and _alive_here(w.holder):
-                first = signalled.setdefault(w.holder.pid, time.monotonic())
+            h = w.lease.holder
+            seen.add(h.run)
+            if w.lease.expires_at <= utcnow() and _alive_here(h):
+                first = signalled.setdefault(h.pid, time.monotonic())
                 sig = signal.SIGKILL if time.monotonic() - first > TERM_GRACE_SECONDS else signal.SIGTERM
-                logger.warning("%s: %s (run %s, pid %d) stopped heartbeating; sending %s", name, w.what, w.holder.run,
-                               w.holder.pid, sig.name)
-                os.kill(w.holder.pid, sig)
+                logger.warning("%s: %s (run %s, pid %d) stopped renewing its lease; sending %s", name, w.what, h.run,
+                               h.pid, sig.name)
+                os.kill(h.pid, sig)
         waiting = [w.what for w in active] + [f"pod {pod}" for pod in pods]
         registry.set_message(name, f"stopping {len(waiting)} download(s) before cleanup: " + ", ".join(waiting))
         if time.monotonic() > deadline:
@@ -134,15 +133,21 @@ def _retry_cleanup(task, task_run, state) -> bool:
 @task(name="clean-path", retry_condition_fn=_retry_cleanup)
 def clean_path(name: str, path_id: int) -> str:
     """Remove one path's directory (guarded), then its entry; keep the files another live model uses."""
-    logger = get_run_logger()
     settings, registry = runtime()
     entry = next((p for p in registry.get_model(name).local_paths if p.id == path_id), None)
     if entry is None:
         return "gone"
-    holder = path_holder(path_id)
+    holder, attempt = path_holder(path_id), registry.get_model(name).cleanup_attempts + 1
+    if not registry.claim_cleanup(name, path_id, holder, settings.lease_seconds):
+        registry.cleanup_failed(name, attempt, f"another run is cleaning {entry.path}; retrying")
+        raise CleanupError(f"another run is cleaning {entry.path}; retrying")
+    with renewed(registry, Kind.PATH, path_id, holder, settings.lease_seconds):
+        return _clean(settings, registry, name, entry, holder, attempt)
+
+
+def _clean(settings: Settings, registry, name: str, entry, holder: Holder, attempt: int) -> str:
+    logger, path_id = get_run_logger(), entry.id
     try:
-        if not registry.claim_cleanup(name, path_id, holder, settings.lease_seconds):
-            raise CleanupError(f"another run is cleaning {entry.path}; retrying")
         if not entry.owned:
             registry.remove_path(name, path_id)
             logger.info("%s: %s was never downloaded by this model; entry dropped, files untouched", name, entry.path)
@@ -175,10 +180,9 @@ def clean_path(name: str, path_id: int) -> str:
         logger.info("%s: %s %s", name, entry.path, "removed" if removed else "was already gone")
         return "removed"
     except (CleanupError, UnsafePathError) as e:
-        model = registry.record_cleanup_failure(name, f"cleanup of {entry.path} in workspace {entry.workspace!r} "
-                                                      f"failed: {e}; the model is kept and cleanup retried")
-        registry.finish_path(name, path_id, holder, CLEANING, str(e))
-        logger.error("%s: cleanup failed (attempt %d): %s", name, model.cleanup_attempts, e)
+        registry.cleanup_failed(name, attempt, f"cleanup of {entry.path} in workspace {entry.workspace!r} failed: "
+                                               f"{e}; the model is kept and cleanup retried", path_id, holder)
+        logger.error("%s: cleanup failed (attempt %d): %s", name, attempt, e)
         raise
 
 
@@ -201,15 +205,16 @@ def remove_staged_snapshot(name: str) -> str:
         logger.info("%s: staged copy %s is also used by live model %r; kept", name, uri, other)
         return "kept"
     remove_under(settings.home, f"{SCRATCH}/{name}")  # this host's leftovers of a staging run
+    attempt = model.cleanup_attempts + 1
     try:
         if settings.s3 is None:
             raise CleanupError("S3 is no longer configured: restore the [s3] table so the staged copy can be removed")
         bucket, prefix = check_staged_prefix(uri, settings.s3.bucket, settings.s3.prefix)
         removed = delete_prefix(s3_client(settings), bucket, prefix)
     except (CleanupError, UnsafePathError, DownloadError) as e:
-        model = registry.record_cleanup_failure(name, f"removal of the staged copy {uri} failed: {e}; the model is "
-                                                      "kept and the removal retried")
-        logger.error("%s: removal of %s failed (attempt %d): %s", name, uri, model.cleanup_attempts, e)
+        registry.cleanup_failed(name, attempt, f"removal of the staged copy {uri} failed: {e}; the model is kept "
+                                               "and the removal retried")
+        logger.error("%s: removal of %s failed (attempt %d): %s", name, uri, attempt, e)
         if isinstance(e, UnsafePathError):
             raise
         raise CleanupError(str(e)) from None
@@ -240,8 +245,9 @@ def collect_shared_copy(artifact_id: int) -> str:
     if artifact.users:
         return "in use"
     holder = Holder.here(f"collect/{artifact_id}")
-    if not registry.claim_artifact(artifact_id, holder, settings.lease_seconds):
+    if registry.claim_artifact(artifact_id, holder, settings.lease_seconds):
         return "busy"
+
     def busy() -> None:
         raise CleanupError(f"another process holds the lock on {artifact.path}")
 

@@ -7,8 +7,6 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from uuid import UUID
 
@@ -24,9 +22,11 @@ from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError,
 from weightkeeper.anchored import Dir, open_parent, open_path
 from weightkeeper.fsops import LINK, check_writable, directory_size, own_directory, path_size
 from weightkeeper.layout import REUSE_IF_EXISTS, artifact_path, link_target, sharing_problem
+from weightkeeper.lease import Held, renewed
 from weightkeeper.registry import Holder, LocalPath, Model, Registry
+from weightkeeper.registry.leases import Kind
 from weightkeeper.registry.artifacts import A_DOWNLOADING, A_PENDING, A_READY
-from weightkeeper.registry.common import DOWNLOADING, FAILED, PENDING, READY, WAITING
+from weightkeeper.registry.common import DOWNLOADING, WAITING
 from weightkeeper.runtime import download_slot, runtime
 from weightkeeper.sharing import discard, file_lock, is_ready, mark_ready
 from weightkeeper.sources import fetch_model_files, s3_uri
@@ -34,13 +34,13 @@ from weightkeeper.space import check_free_space
 from weightkeeper.verify import verify_copy
 
 WAIT_POLL_SECONDS = 2.0
-HEARTBEAT_SECONDS = 1.0
+PROGRESS_SECONDS = 2.0  # at most one progress write per path this often
 ARTIFACT_SECONDS = 5.0
 
 
 def path_holder(path_id: int) -> Holder:
     """The identity a flow run uses for one of its paths, shared by its download and record tasks."""
-    return Holder.here(f"{flow_run.id or 'local'}/{path_id}")
+    return Holder.here(f"{flow_run.id or 'process'}/{path_id}")
 
 
 def _entry(registry: Registry, name: str, path_id: int) -> LocalPath:
@@ -64,24 +64,25 @@ def _claim(registry: Registry, name: str, entry: LocalPath, holder: Holder, leas
             message = (f"{entry.path} is already owned by live model {claim.other!r}" if claim.outcome == "taken" else
                        f"{entry.path} nests with {claim.other}'s path (one is inside the other)")
             message += "; this entry is not downloaded"
-            registry.finish_path(name, entry.id, None, FAILED, message)
+            registry.path_failed(name, entry.id, None, message)
             raise DownloadError(message, permanent=True)
         if claim.outcome == "wait":
             message = f"Waiting for deleted model {claim.other!r} to finish cleaning up {entry.path}"
         else:
-            message = f"Waiting for another run ({claim.other}) that is working on {entry.path}"
+            message = f"Waiting for {claim.other}, working on {entry.path}"
         registry.set_path_message(name, entry.id, WAITING, message)
         time.sleep(WAIT_POLL_SECONDS)
 
 
 class Reporter:
-    """Heartbeat, progress and cancellation, throttled: called on every chunk from many threads.
-    `also` renews a second lease (a shared copy's) with the path's. A progress artifact appears once
-    the download has gone on for ARTIFACT_SECONDS (a shorter one has only the model's table of paths)."""
+    """Progress and cancellation, throttled: called on every chunk from many threads. The leases are renewed
+    apart (`weightkeeper.lease`); `held` is the path's, `also` a shared copy's while the run writes it. A
+    progress artifact appears once the download has gone on for ARTIFACT_SECONDS (a shorter one has only the
+    model's table of paths)."""
 
-    def __init__(self, registry: Registry, name: str, entry: LocalPath, holder: Holder, total: int):
-        self.registry, self.name, self.entry, self.holder, self.total = registry, name, entry, holder, total
-        self.also: Callable[[], bool] | None = None
+    def __init__(self, registry: Registry, name: str, entry: LocalPath, held: Held, total: int):
+        self.registry, self.name, self.entry, self.held, self.total = registry, name, entry, held, total
+        self.also: Held | None = None
         self.last_beat = 0.0
         self.last_artifact = time.monotonic()
         self.stopped: str | None = None
@@ -89,45 +90,29 @@ class Reporter:
         self.beating, self.showing = threading.Lock(), threading.Lock()
         self.task_context = contextvars.copy_context()
 
-    def _renew(self, done: int | None = None, message: str | None = None) -> None:
-        if not self.registry.heartbeat(self.name, self.entry.id, self.holder, done, self.total, message):
-            self.stopped = f"model {self.name!r} is being deleted; download into {self.entry.path} stopped"
-        elif (also := self.also) and not also():
-            self.stopped = f"another run took over the shared copy for {self.entry.path}"
-
-    @contextmanager
-    def keepalive(self, every: float) -> Iterator[None]:
-        """Renew the leases from a thread while work that moves no bytes (hashing, waiting) goes on."""
-        done = threading.Event()
-
-        def loop() -> None:
-            while not done.wait(every) and not self.stopped:
-                try:
-                    self._renew()
-                except Exception:  # noqa: BLE001 - a failed renewal is retried; expiry is the backstop
-                    pass
-
-        thread = threading.Thread(target=loop, name=f"keepalive-{self.name}", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            done.set()
-            thread.join()
+    def _check(self) -> None:
+        if self.held.stopped:
+            self.stopped = self.stopped or (
+                f"another run took over {self.entry.path}" if self.held.lost.is_set() else
+                f"model {self.name!r} is being deleted; download into {self.entry.path} stopped")
+        elif (also := self.also) and also.stopped:
+            self.stopped = self.stopped or f"another run took over the shared copy for {self.entry.path}"
+        if self.stopped:
+            raise DownloadCancelled(self.stopped)
 
     def beat(self, done: int | None = None, message: str | None = None, force: bool = False) -> None:
         now = time.monotonic()
-        if self.stopped:
-            raise DownloadCancelled(self.stopped)
-        if not force and now - self.last_beat < HEARTBEAT_SECONDS:
+        self._check()
+        if not force and now - self.last_beat < PROGRESS_SECONDS:
             return
         with self.beating:
-            if not force and now - self.last_beat < HEARTBEAT_SECONDS:
-                return  # another thread beat meanwhile
+            if not force and now - self.last_beat < PROGRESS_SECONDS:
+                return  # another thread wrote meanwhile
             self.last_beat = now
-            self._renew(done, message)
-            if self.stopped:
-                raise DownloadCancelled(self.stopped)
+            if not self.registry.path_progressed(self.name, self.entry.id, self.held.holder, done, self.total,
+                                                 message):
+                self.held.stop.set()
+            self._check()
             show = done is not None and (now - self.last_artifact >= ARTIFACT_SECONDS or force and self.artifact)
             if show:
                 self.last_artifact = now
@@ -187,32 +172,33 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
     files = [f.to_json() for f in snapshot.files]
     while True:
         artifact = registry.artifact_for(snapshot.repo_id, snapshot.commit, entry.cluster, ws.volume, path, files)
-        copy_holder = Holder.here(f"artifact/{flow_run.id or 'local'}/{artifact.id}")
+        copy_holder = Holder.here(f"artifact/{flow_run.id or 'process'}/{artifact.id}")
         try:
-            if registry.claim_artifact(artifact.id, copy_holder, settings.lease_seconds):
+            if (blocker := registry.claim_artifact(artifact.id, copy_holder, settings.lease_seconds)) is None:
                 break
         except NotFoundError:  # collected meanwhile: record it again
             continue
-        reporter.beat(message=f"Waiting for run {artifact.holder} working on the shared copy {path}", force=True)
+        reporter.beat(message=f"Waiting for {blocker.describe()}, working on the shared copy {path}", force=True)
         time.sleep(WAIT_POLL_SECONDS)
     registry.link_path(model.name, entry.id, artifact.id)  # a user from now on: never collected under us
     message, ready = "download interrupted", False
     try:
-        reporter.also = lambda: registry.heartbeat_artifact(artifact.id, copy_holder)
-        with file_lock(path, volumes, on_wait=lambda: reporter.beat(
-                message=f"Waiting for the lock on the shared copy {path}", force=True)):
-            with open_path(path, volumes, create=True, artifact=True) as copy:
-                ready = is_ready(copy, snapshot.commit)
-                if not ready:
-                    _fill_shared_copy(settings, registry, model, snapshot, copy, artifact.id, copy_holder, reporter)
-                    ready = True
-            if not registry.set_path_made(model.name, entry.id, holder, LINK):
-                raise DownloadCancelled(f"another run took over {entry.path}")
-            st = parent.lstat(name)
-            if st is not None and stat.S_ISDIR(st.st_mode):
-                parent.rmdir(name)  # an empty directory (checked by the caller) becomes the link
-            parent.symlink(link_target(entry.path, path), name)
-            message = "verified"
+        with renewed(registry, Kind.ARTIFACT, artifact.id, copy_holder, settings.lease_seconds) as reporter.also:
+            with file_lock(path, volumes, on_wait=lambda: reporter.beat(
+                    message=f"Waiting for the lock on the shared copy {path}", force=True)):
+                with open_path(path, volumes, create=True, artifact=True) as copy:
+                    ready = is_ready(copy, snapshot.commit)
+                    if not ready:
+                        _fill_shared_copy(settings, registry, model, snapshot, copy, artifact.id, copy_holder,
+                                          reporter)
+                        ready = True
+                if not registry.set_path_made(model.name, entry.id, holder, LINK):
+                    raise DownloadCancelled(f"another run took over {entry.path}")
+                st = parent.lstat(name)
+                if st is not None and stat.S_ISDIR(st.st_mode):
+                    parent.rmdir(name)  # an empty directory (checked by the caller) becomes the link
+                parent.symlink(link_target(entry.path, path), name)
+                message = "verified"
     finally:
         reporter.also = None
         state = A_READY if ready else A_PENDING
@@ -276,8 +262,8 @@ def download_snapshot(name: str, path_id: int, snapshot: Snapshot):
         shared = artifact_path(ws.volume, snapshot.repo_id, snapshot.commit, ws.models_dir)
         check_writable(entry.path, settings.volume_rules)
         _claim(registry, name, entry, holder, settings.lease_seconds)
-        reporter = Reporter(registry, name, entry, holder, snapshot.total_bytes)
-        with reporter.keepalive(max(1.0, settings.lease_seconds / 3)):
+        with renewed(registry, Kind.PATH, path_id, holder, settings.lease_seconds) as held:
+            reporter = Reporter(registry, name, entry, held, snapshot.total_bytes)
             if not sharing and not os.path.lexists(entry.path):  # nothing is made where the model does not fit
                 check_free_space(name, entry.path, snapshot.files, settings.free_space_margin_bytes)
             parent, leaf = open_parent(entry.path, settings.volume_rules, create=True)
@@ -297,21 +283,22 @@ def download_snapshot(name: str, path_id: int, snapshot: Snapshot):
         return target
     except (DownloadCancelled, NotFoundError) as e:
         if registry.find_model(name):
-            registry.finish_path(name, path_id, holder, PENDING, str(e))
+            registry.path_stopped(name, path_id, holder, str(e))
         logger.warning("%s", e)
         return Cancelled(message=str(e))
     except DownloadError as e:
-        last_try = e.permanent or task_run.run_count > download_snapshot.retries
-        registry.finish_path(name, path_id, holder, FAILED if last_try else PENDING,
-                             str(e) if last_try else f"{e} (attempt {task_run.run_count}, retrying)")
+        if e.permanent or task_run.run_count > download_snapshot.retries:
+            registry.path_failed(name, path_id, holder, str(e))
+        else:
+            registry.path_stopped(name, path_id, holder, f"{e} (attempt {task_run.run_count}, retrying)")
         logger.error("%s: download into %s failed: %s", name, target, e)
         raise
     except (OSError, UnsafePathError) as e:
         error = DownloadError(f"cannot write into {target}: {getattr(e, 'strerror', None) or e}", permanent=True)
-        registry.finish_path(name, path_id, holder, FAILED, str(error))
+        registry.path_failed(name, path_id, holder, str(error))
         raise error from None
     except Exception as e:  # noqa: BLE001 - never leave the path Downloading behind a lease
-        registry.finish_path(name, path_id, holder, FAILED, f"unexpected error: {type(e).__name__}: {e}")
+        registry.path_failed(name, path_id, holder, f"unexpected error: {type(e).__name__}: {e}")
         raise
 
 
@@ -324,11 +311,11 @@ def record_size(name: str, path_id: int) -> int:
         size = path_size(entry.path, settings.volume_rules)
     except (OSError, UnsafePathError) as e:  # swapped for a link (or gone) since the download: never left Downloading
         message = f"cannot measure {entry.path}: {getattr(e, 'strerror', None) or e}"
-        registry.finish_path(name, path_id, path_holder(path_id), FAILED, message)
+        registry.path_failed(name, path_id, path_holder(path_id), message)
         raise DownloadError(message, permanent=True) from None
     note = ""
     if registry.get_model(name).download_policy == REUSE_IF_EXISTS and entry.artifact_id is None:
         note = " (own copy: the model's own directory was there before it shared, so it was kept)"
-    registry.finish_path(name, path_id, path_holder(path_id), READY, f"{size} bytes{note}", size)
+    registry.path_downloaded(name, path_id, path_holder(path_id), size, f"{size} bytes{note}")
     get_run_logger().info("%s: %s is Ready, %d bytes", name, entry.path, size)
     return size

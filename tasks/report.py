@@ -5,42 +5,38 @@ from __future__ import annotations
 from prefect import task
 from prefect.artifacts import create_table_artifact
 
+from weightkeeper.config import Settings
 from weightkeeper.errors import InvalidInputError
 from weightkeeper.events import emit_phase
+from weightkeeper.phase import Phase, derive_phase
 from weightkeeper.planning import plan_paths
-from weightkeeper.registry.common import DELETING, FAILED, READY
+from weightkeeper.registry import Model
 from weightkeeper.runtime import runtime
 
 
 @task(name="finish-model")
 def finish_model(name: str) -> str:
-    """Ready when every path is Ready; Failed (with the reasons) when any failed; else unchanged."""
+    """Record the phase `derive_phase` gives the model from its paths; emit an event when it changed."""
     settings, registry = runtime()
     model = registry.find_model(name)
     if model is None:
         return "Released"
-    if model.phase == DELETING:
-        return model.phase
-    before = model.phase
-    current = [p for p in model.local_paths if not p.retired]
-    failed = [p for p in current if p.status == FAILED]
+    phase, message = model_phase(settings, model)
+    if (phase, message) != (model.phase, model.message):
+        before, model = model.phase, registry.set_phase(name, phase, message)
+        if model.phase != before:
+            emit_phase(name, model.phase, model.message)
+    return model.phase
+
+
+def model_phase(settings: Settings, model: Model) -> tuple[Phase, str]:
+    """`derive_phase` of a registered model, with the targets its plan skips under today's settings."""
     try:
         skipped = plan_paths(settings.workspaces, model.repo_id, model.owner_name, model.targets,
                              model.subpath).skipped
     except InvalidInputError as e:  # the config changed under the model
         skipped = (str(e),)
-    if not current or skipped:
-        model = registry.set_phase(name, FAILED, "; ".join(skipped) or "the model has no download target")
-    elif failed:
-        model = registry.set_phase(name, FAILED, "; ".join(f"{p.workspace}: {p.message}" for p in failed))
-    elif all(p.status == READY for p in current):
-        total = sum(p.size_bytes or 0 for p in current)
-        leftovers = "".join(f"; old path {p.path} not cleaned yet: {p.message}" for p in model.local_paths
-                            if p.retired)
-        model = registry.set_phase(name, READY, f"{len(current)} path(s) ready, {total} bytes{leftovers}")
-    if model.phase != before:
-        emit_phase(name, model.phase, model.message)
-    return model.phase
+    return derive_phase(model.phase, model.message, model.local_paths, skipped)
 
 
 @task(name="publish-paths")

@@ -9,7 +9,8 @@ from weightkeeper.hub import resolve_snapshot
 from weightkeeper.errors import DownloadError, WeightkeeperError
 from weightkeeper.layout import HfSource, S3Source, parse_source
 from weightkeeper.registry.common import DOWNLOADING, FAILED
-from weightkeeper.runtime import load_token, runtime
+from weightkeeper.credentials import load_token
+from weightkeeper.runtime import runtime
 from weightkeeper.s3 import list_source
 from weightkeeper.sources import limits, s3_client
 

@@ -19,15 +19,18 @@ from weightkeeper.download import RemoteFile, Snapshot, fetch_file
 from weightkeeper.hub import hub_transfer
 from weightkeeper.errors import DownloadCancelled, DownloadError
 from weightkeeper.layout import HfSource, staging_uri
+from weightkeeper.lease import renewed
 from weightkeeper.registry import Holder
+from weightkeeper.registry.leases import Kind
 from weightkeeper.registry.common import DOWNLOADING, FAILED, PENDING
-from weightkeeper.runtime import download_slot, load_token, runtime
+from weightkeeper.credentials import load_token
+from weightkeeper.runtime import download_slot, runtime
 from weightkeeper.s3 import stage_snapshot
 from weightkeeper.sources import pace, s3_client
 
 SCRATCH = "staging"  # below weightkeeper's home: this host's files on their way to S3
 WAIT_POLL_SECONDS = 2.0
-HEARTBEAT_SECONDS = 1.0
+PROGRESS_SECONDS = 2.0
 
 
 @task(name="stage-to-s3", retries=2, retry_delay_seconds=[10, 30], retry_condition_fn=retry_transient)
@@ -52,12 +55,15 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
     last, stopped = [0.0], threading.Event()
 
     def beat(done: int | None = None, message: str | None = None, force: bool = False) -> None:
-        """Renew the lease (at most once a second); once the model is deleting, every thread stops."""
-        if not stopped.is_set() and (force or time.monotonic() - last[0] >= HEARTBEAT_SECONDS):
+        """Record progress (at most every PROGRESS_SECONDS); once the model is deleting, every thread stops."""
+        if held.stopped:
+            stopped.set()
+        if not stopped.is_set() and (message or done is not None) and \
+                (force or time.monotonic() - last[0] >= PROGRESS_SECONDS):
             last[0] = time.monotonic()
             if done is not None:
                 message = f"staging to {uri}: {done} of {snapshot.total_bytes} bytes"
-            if not registry.heartbeat_staging(name, holder, message):
+            if not registry.staging_progressed(name, holder, message):
                 stopped.set()
         if stopped.is_set():
             raise DownloadCancelled(f"model {name!r} is being deleted; staging to {uri} stopped")
@@ -77,11 +83,12 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
 
     workdir = open_under(settings.home, f"{SCRATCH}/{name}", create=True)
     try:
-        transfer = hub_transfer(HfSource(model.repo_id, snapshot.commit), snapshot.commit, settings.hf_endpoint,
-                                load_token(model.token_block), settings.hub_redirect_hosts)
-        with download_slot(settings, lambda in_use, limit: beat(
-                message=f"Waiting for a download slot ({in_use}/{limit} in use) to stage to {uri}", force=True)):
-            uploaded, skipped = stage_snapshot(s3_client(settings), uri, snapshot, fetch_one, beat)
+        with renewed(registry, Kind.STAGING, model.id, holder, settings.lease_seconds) as held:
+            transfer = hub_transfer(HfSource(model.repo_id, snapshot.commit), snapshot.commit, settings.hf_endpoint,
+                                    load_token(model.token_block), settings.hub_redirect_hosts)
+            with download_slot(settings, lambda in_use, limit: beat(
+                    message=f"Waiting for a download slot ({in_use}/{limit} in use) to stage to {uri}", force=True)):
+                uploaded, skipped = stage_snapshot(s3_client(settings), uri, snapshot, fetch_one, beat)
     except DownloadCancelled as e:
         logger.warning("%s", e)
         return Cancelled(message=str(e))

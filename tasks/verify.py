@@ -9,12 +9,15 @@ from datetime import timedelta
 from prefect import get_run_logger, task
 from prefect.runtime import flow_run
 
+from tasks.report import model_phase
 from weightkeeper.config import Settings
 from weightkeeper.download import RemoteFile, Snapshot
 from weightkeeper.anchored import Dir, open_parent, open_path
 from weightkeeper.errors import DownloadCancelled, DownloadError, UnsafePathError
 from weightkeeper.fsops import directory_size, own_directory, path_size
+from weightkeeper.lease import Held, renewed
 from weightkeeper.registry import Holder, Model, Registry
+from weightkeeper.registry.leases import Kind
 from weightkeeper.registry.artifacts import A_DOWNLOADING, A_FAILED, A_PENDING, A_READY, A_REPAIRING
 from weightkeeper.registry.common import FAILED, READY, utcnow
 from weightkeeper.runtime import download_slot, runtime
@@ -74,13 +77,15 @@ def verify_shared_copy(artifact_id: int) -> str:
         return "verified" if deep else "checked"
     if not artifact.users:
         return "unused"  # nothing to repair it for: garbage collection decides its fate
-    holder = Holder.here(f"repair/{flow_run.id or 'local'}/{artifact_id}")
-    if not registry.claim_artifact(artifact_id, holder, settings.lease_seconds):
+    holder = Holder.here(f"repair/{flow_run.id or 'process'}/{artifact_id}")
+    if registry.claim_artifact(artifact_id, holder, settings.lease_seconds):
         return "busy"
-    return _repair_shared_copy(settings, registry, artifact, files, problems, holder, logger)
+    with renewed(registry, Kind.ARTIFACT, artifact_id, holder, settings.lease_seconds) as held:
+        return _repair_shared_copy(settings, registry, artifact, files, problems, held, logger)
 
 
-def _repair_shared_copy(settings, registry: Registry, artifact, files, problems, holder, logger) -> str:
+def _repair_shared_copy(settings, registry: Registry, artifact, files, problems, held: Held, logger) -> str:
+    holder = held.holder
     summary = "; ".join(map(str, problems[:3])) + (f" and {len(problems) - 3} more" if len(problems) > 3 else "")
     message = f"shared copy {artifact.path} is under repair ({summary})"
     registry.set_artifact(artifact.id, holder, A_REPAIRING, message)
@@ -89,7 +94,7 @@ def _repair_shared_copy(settings, registry: Registry, artifact, files, problems,
     source = registry.get_model(artifact.users[0].model)  # the files come from where its users get them
 
     def beat(_done: int) -> None:
-        if not registry.heartbeat_artifact(artifact.id, holder):
+        if held.stopped:
             raise DownloadCancelled(f"another run took over the shared copy {artifact.path}")
 
     try:
@@ -144,16 +149,23 @@ def verify_model_path(name: str, path_id: int) -> str:
             _restore_path(settings, registry, name, path_id, None, entry.path, "verified complete")
         registry.set_path_verified(name, path_id, READY)
         return "verified"
-    holder = Holder.here(f"repair/{flow_run.id or 'local'}/{path_id}")
+    holder = Holder.here(f"repair/{flow_run.id or 'process'}/{path_id}")
     if not registry.claim_download(name, path_id, holder, settings.lease_seconds).ok:
         return "busy"
+    with renewed(registry, Kind.PATH, path_id, holder, settings.lease_seconds) as held:
+        return _repair_model_path(settings, registry, model, entry, files, problems, held, logger)
+
+
+def _repair_model_path(settings: Settings, registry: Registry, model, entry, files, problems, held: Held,
+                       logger) -> str:
+    name, path_id, holder = model.name, entry.id, held.holder
     message = f"{entry.path} is under repair ({problems[0]}{' and more' if len(problems) > 1 else ''})"
-    registry.heartbeat(name, path_id, holder, message=message)
+    registry.path_progressed(name, path_id, holder, message=message)
     registry.set_phase(name, FAILED, message)
     logger.warning("%s: %s", name, message)
 
     def beat(_done: int) -> None:
-        if not registry.heartbeat(name, path_id, holder):
+        if held.stopped:
             raise DownloadCancelled(f"model {name!r} is being deleted; repair of {entry.path} stopped")
 
     try:
@@ -165,10 +177,10 @@ def verify_model_path(name: str, path_id: int) -> str:
                     raise DownloadCancelled(f"another run took over {entry.path}")
                 _refetch(settings, Snapshot(model.repo_id, model.commit, files), own, model, problems, beat)
     except DownloadCancelled as e:
-        registry.finish_path(name, path_id, holder, FAILED, str(e))
+        registry.path_failed(name, path_id, holder, str(e))
         return "cancelled"
     except (DownloadError, UnsafePathError) as e:
-        registry.finish_path(name, path_id, holder, FAILED, f"{message}; {e}")
+        registry.path_failed(name, path_id, holder, f"{message}; {e}")
         return "postponed"
     _restore_path(settings, registry, name, path_id, holder, entry.path, "repaired")
     registry.set_path_verified(name, path_id, READY)
@@ -177,8 +189,9 @@ def verify_model_path(name: str, path_id: int) -> str:
 
 def _restore_path(settings: Settings, registry: Registry, name: str, path_id: int, holder: Holder | None, path: str,
                   how: str) -> None:
-    """Mark an own copy Ready with its size; the model too once all its paths are."""
+    """Mark an own copy Ready with its size; the model too once `derive_phase` says it is Ready."""
     size = path_size(path, settings.volume_rules)
-    registry.finish_path(name, path_id, holder, READY, f"{size} bytes ({how})", size)
-    if all(p.status == READY for p in registry.get_model(name).local_paths):
-        registry.set_phase(name, READY, f"restored: {path} {how}")
+    registry.path_downloaded(name, path_id, holder, size, f"{size} bytes ({how})")
+    phase, message = model_phase(settings, registry.get_model(name))
+    if phase == READY:
+        registry.set_phase(name, READY, f"restored: {path} {how}; {message}")

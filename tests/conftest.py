@@ -73,8 +73,16 @@ def start_session_server() -> None:
                                                   os.environ.get("WK_TEST_PREFECT_DB"))
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "without_prefect_server: the module's tests never talk to Prefect")
+
+
 @pytest.fixture(scope="session", autouse=True)
-def prefect_server():
+def prefect_server(request):
+    if all(item.get_closest_marker("without_prefect_server") for item in request.session.items):
+        yield None  # pure tests only (as a mutation check runs them): no server to wait ~10 s for
+        shutil.rmtree(SESSION_DIR, ignore_errors=True)
+        return
     home = Path(os.environ["PREFECT_HOME"])
     home.mkdir(parents=True, exist_ok=True)
     SESSION_SERVER["proc"] = start_prefect_server(PREFECT_PORT, home, os.environ.get("WK_TEST_PREFECT_DB"))
@@ -227,6 +235,7 @@ def _truncate(url: str) -> None:
     from weightkeeper.registry import open_registry
 
     with open_registry(url).engine.begin() as conn:
+        conn.execute(text("DELETE FROM leases"))
         conn.execute(text("DELETE FROM local_paths"))
         conn.execute(text("DELETE FROM models"))
 

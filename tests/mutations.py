@@ -1,16 +1,25 @@
-"""Mutation check: break each guard and rule by hand, confirm a test goes red, restore.
+"""Mutation check: break each guard and rule by hand, confirm a named test goes red, restore.
 
-Run from the repository root: `.venv/bin/python tests/mutations.py [NAME ...]`. Each mutation is
-applied to a scratch copy of the tree, so the working tree is never touched.
+Run from the repository root: `.venv/bin/python tests/mutations.py [NAME ...]`; `--check` only checks
+every entry (its text found once, its file still parsing, its named tests collected) without running
+them. Each mutation is applied to a scratch copy of the tree, so the working tree is never touched.
+
+A mutation is CAUGHT only when pytest exits 1 and one of its named tests failed, and SURVIVED when its
+tests pass. Anything else is BROKEN, a fault of the entry rather than of the code: a text to break not
+found exactly once (stale), a mutated file that no longer parses, a collection error, a named test that
+vanished, failures or errors only outside the named tests, a run that never ends.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,8 +64,8 @@ MUTATIONS = {
                                  "        return 'gave up'\n",
                                  "tests/test_lifecycle.py::test_cleanup_failure_keeps_model_and_retry_releases_it"),
     "stop-before-cleanup": ("weightkeeper/registry/store.py",
-                            "            if p.holder != holder.run or (row.phase == DELETING and p.status != CLEANING):",
-                            "            if p.holder != holder.run:",
+                            "            if (row.phase == DELETING and p.status != CLEANING) or not self._holds(",
+                            "            if not self._holds(",
                             "tests/test_lifecycle.py::test_delete_stops_a_running_download_first tests/test_registry.py"),
     "concurrency-cap": ("weightkeeper/config.py", "        return self.max_concurrent_downloads >= 0",
                         "        return False",
@@ -80,18 +89,14 @@ MUTATIONS = {
     "inline-hash-order": ("weightkeeper/download.py", "inline = not self.hashing and self.hashed == offset",
                           "inline = not self.hashing",
                           "tests/test_download.py::test_a_large_file_is_fetched_as_parallel_ranges_and_checked"),
-    "prefect-heartbeat-here": ("weightkeeper/runs.py", "    with without_prefect_heartbeat():\n        return flow(*args)",
-                               "    return flow(*args)", "tests/test_lifecycle.py::"
+    "prefect-heartbeat-here": ("weightkeeper/runs.py",
+                               "        with without_prefect_heartbeat():\n            return flow(*args)",
+                               "        return flow(*args)", "tests/test_lifecycle.py::"
                                "test_a_run_started_here_sends_no_prefect_heartbeat_its_run_lease_is_its_heartbeat"),
-    "slot-client-backoff": ("weightkeeper/runtime.py",
-                            'response = _post(client, "/v2/concurrency_limits/increment-with-lease", body)',
-                            'response = client._client.post("/v2/concurrency_limits/increment-with-lease", json=body)',
-                            "tests/test_server_restart.py::"
-                            "test_a_locked_server_database_is_polled_at_once_not_waited_out_in_the_clients_backoff"),
     "sqlite-writes-queued": ("weightkeeper/prefectserver.py", 'SQLITE_BEGIN_MODE.set("IMMEDIATE")',
                              'SQLITE_BEGIN_MODE.set("IMMEDIATE" if with_for_update else "DEFERRED")',
                              "tests/test_prefectserver.py::"
-                             "test_concurrent_writes_wait_their_turn_instead_of_failing_with_a_locked_database"),
+                             "test_the_sqlite_write_patch_holds_or_the_server_refuses_to_start"),
     "server-exits-with-parent": ("weightkeeper/prefectserver.py", "        exit_with_parent(int(parent))", "        pass",
                                  "tests/test_prefectserver.py::"
                                  "test_the_server_stops_when_the_process_that_started_it_is_killed"),
@@ -103,10 +108,6 @@ MUTATIONS = {
                              "except ZeroDivisionError as e:  # noqa: BLE001 - progress is for show",
                              "tests/test_lifecycle.py::"
                              "test_a_progress_artifact_that_cannot_be_shown_does_not_stop_the_download"),
-    "release-retries-dropped": ("weightkeeper/runtime.py", "        except httpx.TransportError as e:\n",
-                                "        except ZeroDivisionError as e:\n",
-                                "tests/test_server_restart.py::test_a_locked_server_database_is_polled_at_once_not_"
-                                "waited_out_in_the_clients_backoff[dropped-release]"),
     "checksum": ("weightkeeper/download.py", "        ok = size == self.remote.size and (self.digest is None or",
                  "        ok = size == self.remote.size and (True or",
                  "tests/test_lifecycle.py::test_corrupt_partial_file_is_dropped_and_refetched "
@@ -119,6 +120,7 @@ MUTATIONS = {
     "row-locks": ("weightkeeper/registry/store.py", "row = session.scalars(query.with_for_update() if lock else query).first()",
                   "row = session.scalars(query).first()", "tests/test_registry.py::test_no_lost_updates_under_concurrent_writers"),
     "token-never-logged": ("tasks/download.py", "    logger.info(\"%s: %d of %d files to fetch into %s\"",
+                           "    from weightkeeper.credentials import load_token\n"
                            "    logger.info('token %s', load_token(model.token_block))\n"
                            "    logger.info(\"%s: %d of %d files to fetch into %s\"",
                            "tests/test_lifecycle.py::test_gated_repo_needs_the_token_block_and_never_leaks_it"),
@@ -170,8 +172,8 @@ MUTATIONS = {
     "s3-wait-for-deleting-prefix": ("weightkeeper/registry/store.py", '            if other:\n                return Claim("wait", other)\n',
                                     "", "tests/test_registry.py::test_staging_lease_and_who_holds_a_staged_prefix"),
     "s3-stop-staging-first": ("weightkeeper/registry/store.py",
-                              "            if row.holder != holder.run or row.phase == DELETING:",
-                              "            if row.holder != holder.run:",
+                              "            if row.phase == DELETING or not self._holds(s, Kind.STAGING, row.id, holder):",
+                              "            if not self._holds(s, Kind.STAGING, row.id, holder):",
                               "tests/test_registry.py::test_staging_lease_and_who_holds_a_staged_prefix"),
     "stop-waits-for-pods": ("tasks/cleanup.py", "        pods = [] if active else _job_pods(settings, model)",
                             "        pods = []", "tests/test_kube.py::test_delete_waits_until_no_pod_of_a_download_run_remains"),
@@ -281,39 +283,219 @@ MUTATIONS = {
     "redirect-anywhere": ("weightkeeper/hub.py", "        if problem := redirect_problem(location, home, redirect_hosts):",
                           "        if problem := None:",
                           "tests/test_hub_answers.py::test_a_redirect_anywhere_else_is_refused_and_nothing_is_written"),
+    "retired-path-decides-phase": ("weightkeeper/phase.py", "    current = [p for p in paths if not p.retired]\n",
+                                   "    current = list(paths)\n",
+                                   "tests/test_phase.py::test_retired_paths_never_fail_or_block_a_model"),
+    "lease-dead-process-not-taken-over": (
+        "weightkeeper/registry/leases.py",
+        "    return lease.expires_at <= now or (h.host == here and h.pid > 0 and h.started > 0 and not alive(h))",
+        "    return lease.expires_at <= now",
+        "tests/test_leases.py::test_takeover_rule_over_every_combination "
+        "tests/test_leases.py::test_a_dead_process_of_this_host_is_taken_over_at_once_and_a_reused_pid_is_not_alive"),
+    "lease-reservation-taken-as-dead": (
+        "weightkeeper/registry/leases.py", "(h.host == here and h.pid > 0 and h.started > 0 and not alive(h))",
+        "(h.host == here and not alive(h))", "tests/test_leases.py::test_takeover_rule_over_every_combination"),
+    "renewer-ignores-deletion": (
+        "weightkeeper/registry/leases.py",
+        "if key not in phases or phases[key] == DELETING and purposes.get(key) != CLEANUP}",
+        "if key not in phases}",
+        "tests/test_registry.py::test_stale_lease_can_be_taken_over "
+        "tests/test_leases.py::test_one_renewer_thread_renews_every_lease_and_reports_lost_and_stopped"),
+    "cleanup-failure-counted-twice": (
+        "weightkeeper/registry/store.py", "            row.cleanup_attempts = max(row.cleanup_attempts, attempt)\n",
+        "            row.cleanup_attempts += 1\n", "tests/test_registry.py::test_no_lost_updates_under_concurrent_writers"),
+    "retry-what-is-not-idempotent": (
+        "weightkeeper/registry/store.py", 'if not _name.startswith("_") and _name not in NOT_IDEMPOTENT:',
+        'if not _name.startswith("_"):', "tests/test_registry.py::test_a_write_that_is_not_idempotent_is_never_retried"),
+    "prefect-home-shared": ("weightkeeper/prefectserver.py", " PREFECT_HOME=str(home / PREFECT_DIR),", "",
+                            "tests/test_prefectserver.py::test_each_home_keeps_its_own_prefect_server_under_it_and_"
+                            "sees_only_its_own_runs"),
+    "threads-find-no-prefect-api": ("weightkeeper/prefectserver.py",
+                                    "    refresh_global_settings_context()\n    try:", "    try:",
+                                    "tests/test_prefectserver.py::test_the_server_stops_when_the_process_that_started_"
+                                    "it_is_killed"),
+    "sqlite-check-always-passes": ("weightkeeper/prefectserver.py", "    if not writes_take_the_lock_first():",
+                                   "    if False:", "tests/test_prefectserver.py::test_the_sqlite_write_patch_holds_or_"
+                                   "the_server_refuses_to_start"),
+    "prefect-ui-calls-a-fixed-api": ("weightkeeper/prefectserver.py",
+                                     '    env.setdefault("PREFECT_UI_API_URL", "/api")', "    pass",
+                                     "tests/test_serve.py::test_the_prefect_server_serve_starts_beyond_loopback_"
+                                     "answers_only_to_its_credential"),
+    "config-types-converted": ("weightkeeper/config.py", "Number = Annotated[float, Strict()]", "Number = float",
+                               "tests/test_config.py::test_a_wrong_type_is_one_line_naming_the_key_and_the_file"),
+    "slot-release-failure-fails-download": ("weightkeeper/runtime.py",
+                                            "            except Exception as e:  # noqa: BLE001 - the lease",
+                                            "            except ZeroDivisionError as e:  # noqa: BLE001 - the lease",
+                                            "tests/test_server_restart.py::test_slot_requests_the_server_refuses_are_"
+                                            "retried_or_outlived[refused-for-good]"),
+    "slot-renewal-failure-cancels": ("weightkeeper/runtime.py", "raise_on_lease_renewal_failure=False)",
+                                     "raise_on_lease_renewal_failure=True)",
+                                     "tests/test_server_restart.py::test_slot_requests_the_server_refuses_are_"
+                                     "retried_or_outlived[refused-for-good]"),
+    "slot-wait-unstoppable": ("weightkeeper/runtime.py", "        on_wait(in_use, limit)\n", "        pass\n",
+                              "tests/test_slots.py::test_while_every_slot_is_taken_on_wait_is_called_and_can_stop_"
+                              "the_wait"),
+    "slot-unlimited-takes-one": ("weightkeeper/runtime.py", "    if not settings.downloads_limited:\n        yield\n",
+                                 "    if False:\n        yield\n",
+                                 "tests/test_slots.py::test_a_missing_limit_fails_the_download_for_good_and_unlimited_"
+                                 "downloads_need_none"),
+    "slot-missing-limit-retried": ("weightkeeper/runtime.py", "creates it\", permanent=True)",
+                                   "creates it\", permanent=False)",
+                                   "tests/test_slots.py::test_a_missing_limit_fails_the_download_for_good_and_"
+                                   "unlimited_downloads_need_none"),
+    "path-job-dead-worker-waited-for": ("flows/jobs.py",
+                                        "    return not (mine and abandoned(lease, utcnow(), socket.gethostname()))",
+                                        "    return True",
+                                        "tests/test_paths_flow.py::test_a_deployed_ensure_whose_worker_dies_ends_with_a_"
+                                        "message tests/test_paths_flow.py::test_only_the_childs_own_abandoned_lease_"
+                                        "tells_that_its_worker_died"),
+    "path-job-crashed-by-anothers-lease": ("flows/jobs.py",
+                                           '    mine = lease is not None and lease.holder.run == f"{run_id}/{path.id}"',
+                                           "    mine = lease is not None",
+                                           "tests/test_paths_flow.py::test_only_the_childs_own_abandoned_lease_tells_"
+                                           "that_its_worker_died"),
+    "path-job-no-start-deadline": ("flows/jobs.py", "        if now - child.created <= START_SECONDS:", "        if True:",
+                                   "tests/test_paths_flow.py::test_a_pool_without_a_worker_fails_the_path_naming_the_pool"),
+    "path-job-no-run-budget": ("flows/jobs.py", "        if now - child.started <= budget:", "        if True:",
+                               "tests/test_paths_flow.py::test_a_deployed_run_past_its_budget_is_cancelled_and_the_"
+                               "wait_ends"),
+    "path-job-crash-not-recorded": ("flows/jobs.py", "                _record(registry, name, failure)\n", "",
+                                    "tests/test_paths_flow.py::test_a_deployed_ensure_whose_worker_dies_ends_with_a_"
+                                    "message tests/test_paths_flow.py::test_a_pool_without_a_worker_fails_the_path_"
+                                    "naming_the_pool"),
+    "path-job-failure-takes-a-live-lease": (
+        "flows/jobs.py",
+        "    holder = lease.holder if lease and abandoned(lease, utcnow(), socket.gethostname()) else NOBODY",
+        "    holder = lease.holder if lease else NOBODY",
+        "tests/test_paths_flow.py::test_a_failure_is_recorded_only_on_a_path_nobody_works_on"),
 }
 
 
-def run(name: str) -> bool:
-    path, original, broken, tests = MUTATIONS[name]
+CAUGHT, SURVIVED, BROKEN = "CAUGHT", "SURVIVED", "BROKEN"
+TIMEOUT_SECONDS = 900
+
+
+def mutated(root: Path, entry: tuple) -> str:
+    """The entry's file under `root` with its edits made; ValueError saying why for a stale or unparsable one."""
+    path, original, broken, _ = entry
+    text = (root / path).read_text()
+    pairs = zip(original, broken) if isinstance(original, tuple) else [(original, broken)]
+    for old, new in pairs:
+        if (count := text.count(old)) != 1:
+            raise ValueError(f"stale: the text to break occurs {count} times in {path}, not once: {old[:60]!r}")
+        text = text.replace(old, new)
+    if "contextlib." in text and "import contextlib" not in text:
+        text = text.replace("from __future__ import annotations\n",
+                            "from __future__ import annotations\nimport contextlib\n", 1)
+    try:
+        if path.endswith(".py"):
+            compile(text, path, "exec")
+        elif path.endswith(".json"):
+            json.loads(text)
+    except (SyntaxError, ValueError) as e:
+        raise ValueError(f"the broken {path} no longer parses ({e}): the mutation must change a rule, "
+                         "not the syntax") from None
+    return text
+
+
+def junit_name(test_id: str) -> str:
+    """A pytest node id as its junit report names it (classname.name), as pytest's own mangling does."""
+    path, bracket, params = test_id.partition("[")
+    names = path.split("::")
+    names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))
+    return ".".join(names) + bracket + params
+
+
+def named_failures(report: Path, tests: list[str]) -> list[str]:
+    """The tests of the junit `report` that failed (not errored in a fixture) and are among `tests`."""
+    wanted = [junit_name(t) for t in tests]
+    failed = [f"{case.get('classname')}.{case.get('name')}" for case in ET.parse(report).getroot().iter("testcase")
+              if case.find("failure") is not None]
+    return [f for f in failed if any(f == w or f.startswith((w + ".", w + "[")) for w in wanted)]
+
+
+def _why(proc: subprocess.CompletedProcess, tree: Path) -> str:
+    """pytest's own word on a run in `tree`: its first ERROR line, else its last line (paths relative)."""
+    lines = (proc.stdout + "\n" + proc.stderr).replace(f"{tree}/", "").strip().splitlines() or ["?"]
+    return next((line for line in lines if line.startswith("ERROR")), lines[-1])
+
+
+def run(name: str, entry: tuple, root: Path = ROOT) -> tuple[str, str]:
+    """Apply one mutation to a scratch copy of `root` and run its named tests there: (verdict, why)."""
+    path, _, _, tests = entry
+    try:
+        text = mutated(root, entry)
+    except ValueError as e:
+        return BROKEN, str(e)
     scratch = Path(tempfile.mkdtemp(prefix=f"wk-mut-{name}-"))
     try:
-        shutil.copytree(ROOT, scratch / "tree", ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__"))
-        target = scratch / "tree" / path
-        text = target.read_text()
-        pairs = zip(original, broken) if isinstance(original, tuple) else [(original, broken)]
-        for old, new in pairs:
-            if text.count(old) != 1:
-                print(f"STALE {name:26} the text to break is not found once in {path}", flush=True)
-                return False
-            text = text.replace(old, new)
-        if "contextlib." in text and "import contextlib" not in text:
-            text = text.replace("from __future__ import annotations\n",
-                                "from __future__ import annotations\nimport contextlib\n", 1)
-        target.write_text(text)
-        env = dict(os.environ, PYTHONPATH=str(scratch / "tree"), WK_TEST_DB="")
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests.split()],
-                              cwd=scratch / "tree", env=env, capture_output=True, text=True, timeout=900)
-        red = proc.returncode != 0
-        summary = (proc.stdout.strip().splitlines() or ["?"])[-1]
-        print(f"{'RED  ' if red else 'GREEN'} {name:26} {summary}", flush=True)
-        return red
+        tree, report = scratch / "tree", scratch / "report.xml"
+        shutil.copytree(root, tree, ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__"))
+        (tree / path).write_text(text)
+        env = dict(os.environ, PYTHONPATH=str(tree), WK_TEST_DB="")
+        command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+                   *tests.split()]
+        try:
+            proc = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            return BROKEN, f"its tests did not end within {TIMEOUT_SECONDS} s"
+        why = _why(proc, tree)
+        if proc.returncode == 0:
+            return SURVIVED, why
+        if proc.returncode != 1 or not report.exists():
+            return BROKEN, f"pytest exited {proc.returncode}, not 1 (no test failed): {why}"
+        if not named_failures(report, tests.split()):
+            return BROKEN, f"pytest exited 1 but none of the named tests failed: {why}"
+        return CAUGHT, why
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def check(entries: dict[str, tuple], root: Path = ROOT) -> dict[str, str]:
+    """Each entry's problem found without running it: a stale or unparsable text, a named test not collected."""
+    problems = {}
+    for name, entry in entries.items():
+        try:
+            mutated(root, entry)
+        except ValueError as e:
+            problems[name] = str(e)
+    tests = sorted({t for entry in entries.values() for t in entry[3].split()})
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *tests],
+                          cwd=root, env=dict(os.environ, WK_TEST_DB=""), capture_output=True, text=True)
+    if proc.returncode == 0:
+        return problems
+    errors = [line + " " for line in (proc.stdout + "\n" + proc.stderr).replace(f"{root}/", "").splitlines()
+              if line.startswith("ERROR")]
+    lost = {}  # from "ERROR: not found: ID", "ERROR: file or directory not found: ID", "ERROR FILE - why"
+    for name, entry in entries.items():
+        if tests := [t for t in entry[3].split() if any(f" {t} " in e or f" {t.split('::')[0]} - " in e
+                                                          for e in errors)]:
+            lost[name] = f"named tests not collected: {' '.join(tests)}"
+    return {**lost, **problems} if lost else {
+        **problems, "(collection)": f"pytest --collect-only exited {proc.returncode}: {_why(proc, root)}"}
+
+
+def main(args: list[str]) -> int:
+    only_check = "--check" in args
+    names = [a for a in args if a != "--check"] or list(MUTATIONS)
+    if unknown := [n for n in names if n not in MUTATIONS]:
+        print(f"no such mutation: {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    if only_check:
+        problems = check({n: MUTATIONS[n] for n in names})
+        for name, problem in problems.items():
+            print(f"{BROKEN:8} {name:34} {problem}", flush=True)
+        print(f"{len(names) - len(problems)} of {len(names)} entries sound")
+        return 1 if problems else 0
+    verdicts: dict[str, list[str]] = {CAUGHT: [], SURVIVED: [], BROKEN: []}
+    for name in names:
+        verdict, why = run(name, MUTATIONS[name])
+        verdicts[verdict].append(name)
+        print(f"{verdict:8} {name:34} {why}", flush=True)
+    print(f"{len(verdicts[CAUGHT])} of {len(names)} mutations caught"
+          + "".join(f"; {v.lower()}: {', '.join(n)}" for v, n in verdicts.items() if v != CAUGHT and n))
+    return 0 if len(verdicts[CAUGHT]) == len(names) else 1
+
+
 if __name__ == "__main__":
-    names = sys.argv[1:] or list(MUTATIONS)
-    survived = [n for n in names if not run(n)]
-    print(f"{len(names) - len(survived)} of {len(names)} mutations caught" + (f"; survived: {survived}" if survived else ""))
-    sys.exit(1 if survived else 0)
+    sys.exit(main(sys.argv[1:]))

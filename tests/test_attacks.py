@@ -325,7 +325,7 @@ def test_a_parent_swapped_just_before_the_size_is_measured_fails_the_model(wk, h
     assert ensure_model("measured") == "Failed"
     model = wk.registry.get_model("measured")
     assert "cannot measure" in model.message and "symlink" in model.message
-    assert model.local_paths[0].status == "Failed" and model.local_paths[0].holder is None
+    assert model.local_paths[0].status == "Failed" and model.local_paths[0].lease is None
     monkeypatch.setattr(tasks.download, "path_size", measure)
     models.unlink()
     os.rename(models.with_name("models.away"), models)

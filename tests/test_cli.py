@@ -86,7 +86,7 @@ def test_bad_input_gets_one_line_errors(wk, tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('[[workspaces]]\nname = "x"\nvolume = "relative"\n')
     proc = cli(wk, "--config", str(bad), "workspace", "list", check=False)
-    assert proc.returncode == 1 and "must be an absolute, clean path" in proc.stderr
+    assert proc.returncode == 2 and "must be an absolute, clean path" in proc.stderr
 
 
 def test_config_flag_reaches_the_flows(wk, hub, monkeypatch):

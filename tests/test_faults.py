@@ -274,8 +274,8 @@ def consistency_problems(registry) -> list[str]:
         if m.phase == "Ready" and any(p.status != "Ready" or p.size_bytes is None for p in m.local_paths):
             problems.append(f"{m.name} is Ready with unfinished paths")
         for p in m.local_paths:
-            if (p.holder is None) != (p.heartbeat_at is None):
-                problems.append(f"{m.name}:{p.path} has a half-set lease")
+            if p.lease is not None and p.status not in ("Downloading", "Cleaning", "Waiting", "Failed", "Ready"):
+                problems.append(f"{m.name}:{p.path} is {p.status} under a lease")
             if p.bytes_total and p.bytes_done > p.bytes_total:
                 problems.append(f"{m.name}:{p.path} has more bytes done than total")
     return problems

@@ -9,6 +9,8 @@ from weightkeeper.anchored import Dir
 from weightkeeper.fsops import directory_size, remove_model_path
 from weightkeeper.guard import VolumeRule, check_removable, check_staged_prefix
 
+pytestmark = pytest.mark.without_prefect_server
+
 VOLUMES = [VolumeRule("/mnt/vol"), VolumeRule("/mnt/other", "weights"), VolumeRule("/data/nested/vol")]
 
 

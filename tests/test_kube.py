@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -233,7 +232,7 @@ def test_workspaces_sharing_a_kubernetes_pool_must_agree_on_what_its_template_fi
 
 
 def test_a_workspace_job_reads_the_token_from_the_mounted_secret(monkeypatch):
-    from weightkeeper.runtime import load_token
+    from weightkeeper.credentials import load_token
 
     monkeypatch.setenv("WEIGHTKEEPER_TOKEN_ENV", "HF_TOKEN")
     monkeypatch.setenv("HF_TOKEN", "hf_fromTheSecret")
@@ -303,11 +302,12 @@ def test_delete_waits_until_no_pod_of_a_download_run_remains(wk, hub, tmp_path):
         deletion = in_thread(delete_model, "kube")
         wait_until(lambda: "pod team-a/download-kube-gpu-x7k2p" in wk.registry.get_model("kube").message,
                    what="delete to wait for the pod")
-        time.sleep(2)
+        lookup = ("/api/v1/namespaces/team-a/pods", f"prefect.io/flow-run-id={run.id}")
+        seen = cluster.requests.count(lookup)
+        wait_until(lambda: cluster.requests.count(lookup) >= seen + 2, what="delete to find the pod alive twice more")
         assert path.is_dir() and wk.registry.get_model("kube").local_paths  # nothing cleaned while the pod lives
         with get_client(sync_client=True) as client:
             assert client.read_flow_run(run.id).state.is_cancelling()  # its run was asked to stop
-        assert ("/api/v1/namespaces/team-a/pods", f"prefect.io/flow-run-id={run.id}") in cluster.requests
         cluster.pods[("team-a", str(run.id))] = [("download-kube-gpu-x7k2p", "Failed")]  # the pod is gone
         deletion.join(60)
         assert deletion.result.get("value") == "Released"

@@ -7,6 +7,8 @@ from weightkeeper.errors import DownloadError, InvalidInputError
 from weightkeeper.layout import S3Source, model_path, parse_source, repo_dir_name, staging_uri, validate_model_name
 from weightkeeper.planning import path_decision, plan_paths, select_files
 
+pytestmark = pytest.mark.without_prefect_server
+
 
 @pytest.mark.parametrize("source, repo, revision", [
     ("hf://Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-0.5B", "main"),

@@ -1,10 +1,12 @@
 """The Prefect server weightkeeper starts (`weightkeeper.prefectserver`): concurrent writes wait their turn on
-SQLite instead of failing; the embedded default (`weightkeeper demo`, no `PREFECT_API_URL`) starts one, runs
-the whole lifecycle against it and stops it; it never outlives the process that started it; beyond loopback
-it requires a credential (the served case: tests/test_serve.py)."""
+SQLite instead of failing, or it refuses to start; the embedded default (`weightkeeper demo`, no
+`PREFECT_API_URL`) starts one, runs the whole lifecycle against it and stops it; each home keeps its own under
+it; every client of the process uses it and none starts Prefect's temporary server; it never outlives the
+process that started it; beyond loopback it requires a credential (the served case: tests/test_serve.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -14,9 +16,11 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from pathlib import Path
 
 import httpx
 import pytest
+from conftest import tiny_files
 from served import wait_until
 
 from weightkeeper.errors import WeightkeeperError
@@ -28,14 +32,78 @@ from weightkeeper.prefectserver import (
     needs_auth,
     prefect_api,
     prefect_credential,
+    queue_sqlite_writes,
     start_server,
     stop,
+    writes_take_the_lock_first,
 )
+
+# Run as `python -c STARTER HOME [wait]`: the embedded server of HOME, a flow made there, then what a thread
+# started without the context (as a lease renewer is) and a child process see; with `wait`, it stays up.
+STARTER = """import json, os, pathlib, subprocess, sys, threading, time
+from prefect.client.orchestration import get_client
+from weightkeeper.prefectserver import prefect_api
+home = pathlib.Path(sys.argv[1])
+with prefect_api(home) as api:
+    with get_client(sync_client=True) as client:
+        client.create_flow_from_name(f"made-in-{home.name}")
+    seen = {}
+    def look():
+        with get_client(sync_client=True) as client:
+            seen.update(api=str(client.api_url).rstrip("/"), flows=sorted(f.name for f in client.read_flows()))
+    thread = threading.Thread(target=look)
+    thread.start()
+    thread.join()
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('PREFECT_API_URL'), "
+                            "os.environ.get('PREFECT_SERVER_ALLOW_EPHEMERAL_MODE'))"], capture_output=True, text=True)
+    print(json.dumps(dict(seen, url=api, child=child.stdout.split())), flush=True)
+    if sys.argv[2:] == ["wait"]:
+        time.sleep(600)
+"""
 
 
 def without_prefect_api_url(tmp_path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "WEIGHTKEEPER_CONFIG")}
     return dict(env, PREFECT_HOME=str(tmp_path / "prefect-home"), TMPDIR=str(tmp_path), COLUMNS="200")
+
+
+def processes_naming(text: str) -> dict[int, str]:
+    """The processes but this one whose command line or environment names `text`: {pid: command line}."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline, environ = (proc / "cmdline").read_bytes(), (proc / "environ").read_bytes()
+        except OSError:  # gone meanwhile
+            continue
+        if text.encode() in cmdline + environ:
+            found[int(proc.name)] = cmdline.replace(b"\0", b" ").decode(errors="replace")
+    return found
+
+
+def temporary_servers(processes: dict[int, str]) -> list[str]:
+    """Prefect's temporary servers among `processes` (how `SubprocessASGIServer` starts them)."""
+    return [cmdline for cmdline in processes.values() if "prefect.server.api.server:create_app" in cmdline]
+
+
+@pytest.mark.without_prefect_server
+def test_the_sqlite_write_patch_holds_or_the_server_refuses_to_start(monkeypatch):
+    """The premise of `queue_sqlite_writes`, checked against the installed Prefect: with it, a write transaction
+    holds the write lock from its first statement (another writer waits); with Prefect's own DEFERRED begin it
+    does not. `queue_sqlite_writes` raises when the check fails, and the server then exits with that error.
+    bench/prefect_sqlite.py measures what the patch is worth."""
+    from prefect.server.database.configurations import AioSqliteConfiguration
+
+    # setting it to itself makes monkeypatch put Prefect's own back after the test
+    monkeypatch.setattr(AioSqliteConfiguration, "begin_transaction", AioSqliteConfiguration.begin_transaction)
+    assert not writes_take_the_lock_first()
+    queue_sqlite_writes()
+    assert writes_take_the_lock_first()
+    monkeypatch.setattr(AioSqliteConfiguration, "begin_sqlite_stmt", lambda self, conn: None)  # ignores the mode
+    with pytest.raises(WeightkeeperError, match=r"Prefect \S+ no longer begins its server's SQLite write transactions "
+                                                r"as weightkeeper.prefectserver sets them \(IMMEDIATE\)"):
+        queue_sqlite_writes()
 
 
 def test_concurrent_writes_wait_their_turn_instead_of_failing_with_a_locked_database():
@@ -72,29 +140,75 @@ def test_the_demo_starts_its_own_prefect_server_runs_the_lifecycle_and_stops_it(
     assert demo.returncode == 0, out
     assert "demo complete" in out and "registry: 0 model(s) left" in out
     assert "Error logging to API" not in out  # run logs were sent before the server stopped
-    assert (tmp_path / "prefect-home" / "prefect.db").exists()  # the runs were recorded in a server of its own
+    assert len(list(tmp_path.glob("weightkeeper-demo-*/prefect/prefect.db"))) == 1  # a server of its own, in its home
+    assert not (tmp_path / "prefect-home" / "prefect.db").exists()
     ui = re.search(r"Prefect UI at (http://127\.0\.0\.1:\d+)", out)
     assert ui, out
     with pytest.raises(httpx.ConnectError):  # stopped with the demo
         httpx.get(f"{ui.group(1)}/api/health", timeout=2)
 
 
+def test_each_home_keeps_its_own_prefect_server_under_it_and_sees_only_its_own_runs(tmp_path):
+    """Two homes one after the other, with no Prefect home set: each server's database is under its home, none in
+    ~/.prefect, and neither sees the other's flows (artifacts such as `paths-<model>` would collide)."""
+    env = {k: v for k, v in without_prefect_api_url(tmp_path).items() if k != "PREFECT_HOME"}
+    env["HOME"] = str(tmp_path / "user")
+    (tmp_path / "user").mkdir()
+    for name in ("home-a", "home-b"):
+        out = subprocess.run([sys.executable, "-c", STARTER, str(tmp_path / name)], env=env, capture_output=True,
+                             text=True, timeout=240)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["flows"] == [f"made-in-{name}"]
+        assert (tmp_path / name / "prefect" / "prefect.db").exists()
+    assert not (tmp_path / "user" / ".prefect" / "prefect.db").exists()
+
+
 def test_the_server_stops_when_the_process_that_started_it_is_killed(tmp_path):
-    port = free_port()
-    starter = subprocess.Popen(
-        [sys.executable, "-c", "import pathlib, sys, time; from weightkeeper.prefectserver import prefect_api\n"
-         f"with prefect_api(pathlib.Path({str(tmp_path)!r}), {port}):\n    print('up', flush=True); time.sleep(600)"],
-        env=without_prefect_api_url(tmp_path), stdout=subprocess.PIPE, text=True)
+    """...and while it runs, a thread started without the context (as a lease renewer is) and a child process use
+    it, with Prefect's temporary server disabled: no temporary server is started to outlive the process."""
+    starter = subprocess.Popen([sys.executable, "-c", STARTER, str(tmp_path / "home"), "wait"],
+                               env=without_prefect_api_url(tmp_path), stdout=subprocess.PIPE, text=True)
     try:
-        assert starter.stdout.readline() == "up\n"
-        assert healthy(f"http://127.0.0.1:{port}/api")
+        seen = json.loads(starter.stdout.readline())
+        assert healthy(seen["url"])
+        assert seen["api"] == seen["url"] and seen["flows"] == ["made-in-home"]
+        assert seen["child"] == [seen["url"], "false"]
+        running = processes_naming(str(tmp_path))
+        assert len(running) == 2 and not temporary_servers(running), running  # the starter and its server
     finally:
         starter.send_signal(signal.SIGKILL)  # no `finally`, no atexit
         starter.wait()
     try:
-        wait_until(lambda: not healthy(f"http://127.0.0.1:{port}/api"), 30, "the orphaned server to stop")
-    finally:  # a failure leaves no server behind
-        subprocess.run(["pkill", "-f", f"weightkeeper.prefectserver --host 127.0.0.1 --port {port}"])
+        wait_until(lambda: not processes_naming(str(tmp_path)), 30, "the orphaned server to stop")
+    finally:  # a failure leaves nothing behind
+        for pid in processes_naming(str(tmp_path)):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_cli_command_killed_mid_download_leaves_no_prefect_server_behind(wk, hub, tmp_path):
+    """`weightkeeper model create --wait` on the embedded server, killed with SIGKILL while the Hub sends bytes
+    slowly: neither its Prefect server nor a temporary one outlives it."""
+    hub.add_repo("acme/slow", tiny_files("slow"))
+    env = dict(without_prefect_api_url(tmp_path), WEIGHTKEEPER_CONFIG=str(wk.config))
+    with hub.throttled(16 * 1024, "acme/slow"), open(tmp_path / "cli.out", "w") as out:
+        cli = subprocess.Popen([sys.executable, "-m", "weightkeeper.cli", "model", "create", "slow", "--source",
+                                "hf://acme/slow", "--workspace", "team-a", "--wait"], env=env, stdout=out,
+                               stderr=subprocess.STDOUT)
+        try:
+            wait_until(lambda: (model := wk.registry.find_model("slow")) and any(p.bytes_done for p in
+                                                                                  model.local_paths), 120,
+                       "bytes to flow")
+            running = processes_naming(str(tmp_path))
+            assert len(running) == 2 and not temporary_servers(running), running  # the command and its server
+        finally:
+            cli.send_signal(signal.SIGKILL)
+            cli.wait()
+    try:
+        wait_until(lambda: not processes_naming(str(tmp_path)), 30, "the command's Prefect server to stop")
+    finally:  # a failure leaves nothing behind
+        for pid in processes_naming(str(tmp_path)):
+            os.kill(pid, signal.SIGKILL)
+    assert "temporary server" not in (tmp_path / "cli.out").read_text()
 
 
 def test_a_port_in_use_is_refused_not_joined(tmp_path):

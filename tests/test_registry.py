@@ -111,24 +111,32 @@ def test_two_models_never_both_own_one_directory(registry):
 def test_stale_lease_can_be_taken_over(registry):
     path_id = registry.create_model(spec("m"), plan("/v/models/o--n")).local_paths[0].id
     assert registry.claim_download("m", path_id, holder(1), 60).ok
-    assert registry.claim_download("m", path_id, holder(2), 60).outcome == "busy"
-    assert registry.claim_download("m", path_id, holder(2), 0).ok  # lease of 0 s: holder 1 is stale
-    assert registry.heartbeat("m", path_id, holder(1)) is False
-    assert registry.heartbeat("m", path_id, holder(2)) is True
+    busy = registry.claim_download("m", path_id, holder(2), 60)
+    assert busy.outcome == "busy" and "run run-1 on host host (pid 101)" in busy.other and "lapses in" in busy.other
+    assert registry.renew_leases([("path", path_id, "run-1", 0)]) == (set(), set())  # renewed for 0 s: lapsed
+    assert registry.claim_download("m", path_id, holder(2), 60).ok
+    assert registry.path_progressed("m", path_id, holder(1), 5) is False  # taken over: it must stop
+    assert registry.renew_leases([("path", path_id, "run-1", 60)]) == ({("path", path_id)}, set())
+    assert registry.path_progressed("m", path_id, holder(2), 5) is True
     registry.mark_deleting("m")
-    assert registry.heartbeat("m", path_id, holder(2)) is False  # deleting: the download must stop
+    assert registry.path_progressed("m", path_id, holder(2), 6) is False  # deleting: the download must stop
+    assert registry.renew_leases([("path", path_id, "run-2", 60)]) == (set(), {("path", path_id)})
+    assert registry.get_model("m").local_paths[0].lease.holder.run == "run-2"  # renewed until it lets go
 
 
 def test_no_lost_updates_under_concurrent_writers(registry):
     registry.create_model(spec("m"), plan("/v/models/o--n"))
-    parallel(8, lambda i: [registry.record_cleanup_failure("m", f"w{i}") for _ in range(10)])
+    parallel(8, lambda i: [registry.cleanup_failed("m", 10 * i + k + 1, f"w{i}") for k in range(10)])
     assert registry.get_model("m").cleanup_attempts == 80
+    registry.cleanup_failed("m", 81, "again")
+    registry.cleanup_failed("m", 81, "again")  # the same failure recorded twice (a retried call) counts once
+    assert registry.get_model("m").cleanup_attempts == 81
 
 
 def test_create_refused_while_deleting_model_owns_the_path(registry):
     path_id = registry.create_model(spec("old"), plan("/v/models/o--n")).local_paths[0].id
     assert registry.claim_download("old", path_id, holder(1), 60).ok
-    registry.finish_path("old", path_id, holder(1), "Ready", size_bytes=10)
+    registry.path_downloaded("old", path_id, holder(1), 10, "10 bytes")
     with pytest.raises(ConflictError) as e:
         registry.create_model(spec("new"), plan("/v/models/o--n"))
     assert e.value.code == "AlreadyExists"
@@ -142,12 +150,14 @@ def test_create_refused_while_deleting_model_owns_the_path(registry):
 def test_one_writer_per_shared_copy(registry):
     copy = registry.artifact_for("o/n", "c" * 40, "local", "/v", "/v/models/_artifacts/o--n/" + "c" * 40, [])
     assert registry.artifact_for("o/n", "c" * 40, "local", "/v", copy.path, []).id == copy.id
-    wins = parallel(8, lambda i: registry.claim_artifact(copy.id, holder(i), 60))
+    wins = parallel(8, lambda i: registry.claim_artifact(copy.id, holder(i), 60) is None)
     assert wins.count(True) == 1
     winner = holder(wins.index(True))
-    assert registry.heartbeat_artifact(copy.id, winner) and not registry.heartbeat_artifact(copy.id, holder(99))
-    assert registry.claim_artifact(copy.id, holder(99), 0)  # its lease expired: taken over
-    assert not registry.heartbeat_artifact(copy.id, winner)
+    assert registry.renew_leases([("artifact", copy.id, winner.run, 0)]) == (set(), set())
+    assert registry.renew_leases([("artifact", copy.id, "run-99", 60)]) == ({("artifact", copy.id)}, set())
+    assert registry.claim_artifact(copy.id, holder(99), 60) is None  # its lease lapsed: taken over
+    assert registry.get_artifact(copy.id).lease.holder.run == "run-99"
+    assert registry.renew_leases([("artifact", copy.id, winner.run, 60)]) == ({("artifact", copy.id)}, set())
 
 
 def test_staging_lease_and_who_holds_a_staged_prefix(registry):
@@ -156,16 +166,18 @@ def test_staging_lease_and_who_holds_a_staged_prefix(registry):
     registry.create_model(spec("b"), plan())
     assert registry.claim_staging("a", uri, holder(1), 60).ok
     a = registry.get_model("a")
-    assert (a.phase, a.staging_uri, a.staging_owned, a.staging_holder.run) == ("Staging", uri, True, "run-1")
+    assert (a.phase, a.staging_uri, a.staging_owned, a.staging_lease.holder.run) == ("Staging", uri, True, "run-1")
     assert registry.claim_staging("a", uri, holder(2), 60).outcome == "busy"  # a fresh lease is never shared
-    assert registry.heartbeat_staging("a", holder(1), "half way") and registry.get_model("a").message == "half way"
-    assert not registry.heartbeat_staging("a", holder(2))
+    assert registry.staging_progressed("a", holder(1), "half way") and registry.get_model("a").message == "half way"
+    assert not registry.staging_progressed("a", holder(2), "not mine")
     assert registry.claim_staging("b", uri, holder(3), 60).ok  # two live models may stage one prefix
     assert registry.staging_in_use_elsewhere("a") == "b"
     registry.release_staging("b", holder(3))
 
     registry.mark_deleting("a")
-    assert not registry.heartbeat_staging("a", holder(1))  # the staging run stops at its next beat
+    assert not registry.staging_progressed("a", holder(1), "x")  # the staging run stops at its next write
+    model_id = registry.get_model("a").id
+    assert registry.renew_leases([("staging", model_id, "run-1", 60)]) == (set(), {("staging", model_id)})
     assert registry.claim_staging("a", uri, holder(1), 60).outcome == "deleting"
     assert registry.release_model("a") is False  # no path left, but its staged prefix is not removed yet
     registry.mark_deleting("b")
@@ -255,3 +267,28 @@ def test_a_claim_rechecks_nesting(registry):
         conn.execute(text("UPDATE local_paths SET path = '/v/models/a/b/c' WHERE path = '/v/models/c'"))
     path_id = registry.get_model("second").local_paths[0].id
     assert registry.claim_download("second", path_id, holder(1), 60) == Claim("nested", "model 'first'")
+
+
+def test_a_write_that_is_not_idempotent_is_never_retried(registry, monkeypatch):
+    """A connection cut during COMMIT leaves unknown whether the write landed: creating the model again would
+    answer AlreadyExists, so create_model is not retried; an idempotent write is."""
+    from sqlalchemy.exc import DBAPIError
+
+    from weightkeeper.registry.store import Registry
+
+    registry.create_model(spec("twice"), plan())
+    real, calls = Registry._tx, []
+
+    def cut_first(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise DBAPIError("COMMIT", {}, Exception("terminating connection"), connection_invalidated=True)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Registry, "_tx", cut_first)
+    with pytest.raises(DBAPIError):
+        registry.create_model(spec("once"), plan())
+    assert len(calls) == 1
+    calls.clear()
+    registry.cleanup_failed("twice", 1, "x")
+    assert len(calls) == 2 and registry.get_model("twice").cleanup_attempts == 1

@@ -131,7 +131,7 @@ def test_delete_stops_the_staging_run_first(wk, hub, s3):
         wk.declare("slowstage", "hf://acme/slowstage", workspaces=["team-a"])
         ensure = in_thread(ensure_model, "slowstage")
         wait_until(lambda: wk.registry.get_model("slowstage").phase == "Staging"
-                   and wk.registry.get_model("slowstage").staging_holder is not None, what="staging to start")
+                   and wk.registry.get_model("slowstage").staging_lease is not None, what="staging to start")
         assert delete_model("slowstage") == "Released"
         ensure.join(60)
         assert not ensure.is_alive()
@@ -189,6 +189,7 @@ def test_credentials_come_from_a_secret_block_and_never_leak(wk, hub, s3, monkey
     from prefect.blocks.system import Secret
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter
+    from prefect.client.schemas.sorting import LogSort
     from prefect.logging.handlers import APILogHandler
 
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
@@ -210,10 +211,30 @@ def test_credentials_come_from_a_secret_block_and_never_leak(wk, hub, s3, monkey
     assert delete_model("nocreds") == "Released" and s3.keys() == []
     APILogHandler().flush()
     with get_client(sync_client=True) as client:
-        text = " ".join([str(log.message) for log in client.read_logs(LogFilter(), limit=200)]
-                        + [str(r.parameters) for r in client.read_flow_runs(limit=50)]
+        logs = [str(log.message) for log in client.read_logs(LogFilter(), limit=200, sort=LogSort.TIMESTAMP_DESC)]
+        text = " ".join(logs + [str(r.parameters) for r in client.read_flow_runs(limit=50)]
                         + [str(a.data) for a in client.read_artifacts(limit=100)])
     assert secret not in text
+    (deprecated,) = [line for line in logs if "'s3-creds' is a Secret holding JSON, which is deprecated" in line]
+    assert "AwsCredentials(aws_access_key_id=..., aws_secret_access_key=...).save('s3-creds')" in deprecated
+
+
+def test_credentials_come_from_an_aws_credentials_block(wk, s3, monkeypatch):
+    from prefect_aws import AwsCredentials
+
+    from weightkeeper.sources import s3_client
+
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(key)
+    AwsCredentials(aws_access_key_id="wk-block-key", aws_secret_access_key="wkAwsBlockSecret0123456789").save(
+        "s3-aws-creds", overwrite=True)
+    wk._s3["credentials_block"] = "s3-aws-creds"
+    wk.rewrite()
+    client = s3_client(wk.settings)
+    signed: list[str] = []
+    client.meta.events.register("before-send.s3", lambda request, **_: signed.append(request.headers["Authorization"]))
+    client.put_object(Bucket=s3.bucket, Key="probe", Body=b"x")
+    assert s3.keys() == ["probe"] and "Credential=wk-block-key/" in str(signed[0])
 
 
 def test_s3_sources_need_s3_configured_and_take_no_token_block(wk, s3):
@@ -247,7 +268,7 @@ def test_with_staging_disabled_new_models_go_direct_and_staged_copies_can_still_
     ('bucket = "ok-bucket"\nprefix = "a/../b"', "plain segments"),
     ('bucket = "ok-bucket"\nregion = ""', "region must be a non-empty string"),
     ('bucket = "ok-bucket"\nenabled = "no"', "enabled must be true or false"),
-    ('bucket = "ok-bucket"\nsecret_key = "x"', "unknown [s3] keys ['secret_key']"),
+    ('bucket = "ok-bucket"\nsecret_key = "x"', "[s3]: unknown keys ['secret_key']"),
 ])
 def test_s3_settings_are_validated(tmp_path, table, error):
     config = tmp_path / "config.toml"

@@ -12,6 +12,7 @@ import socket
 import stat
 import subprocess
 import sys
+from urllib.parse import urljoin
 
 import httpx
 from conftest import tiny_files, write_config
@@ -75,8 +76,9 @@ def non_loopback_address() -> str | None:
 def test_the_prefect_server_serve_starts_beyond_loopback_answers_only_to_its_credential(wk, hub, tmp_path):
     """The attacker reaches the Prefect port and has no credential: reading Secret blocks and starting
     delete-model answer 401. The workers and serve's own clients have it: a model still gets Ready through the
-    REST API. The credential is in a 0600 file, and in no log and no command line. Without a non-loopback
-    address here, serve runs on loopback with --prefect-auth (`needs_auth` is tested in test_prefectserver)."""
+    REST API. The credential is in a 0600 file, and in no log and no command line. The UI, served on that host
+    and port (not Prefect's default 4200), calls its API there. Without a non-loopback address here, serve runs
+    on loopback with --prefect-auth (`needs_auth` is tested in test_prefectserver)."""
     host = non_loopback_address()
     write_config(wk, workspaces=[{**wk._workspaces[0], "work_pool": "auth-team-a"}], work_pool="auth-control",
                  hf_endpoint=hub.url)
@@ -115,7 +117,9 @@ def test_the_prefect_server_serve_starts_beyond_loopback_answers_only_to_its_cre
             assert prefect.post(f"/deployments/{delete}/create_flow_run", json=later, headers=headers).status_code \
                 == 401
         assert prefect.post(f"/deployments/{delete}/create_flow_run", json=later, headers=auth).status_code == 201
-        assert httpx.get(f"{server}/ui-settings", timeout=10).json()["auth"] == "BASIC"  # the UI asks for it
+        ui = httpx.get(f"{server}/ui-settings", timeout=10).json()
+        assert ui["auth"] == "BASIC"  # the UI asks for it
+        assert urljoin(f"{server}/ui-settings", ui["api_url"]) == f"{server}/api"  # where it was served, not :4200
 
         api = httpx.Client(base_url=f"http://127.0.0.1:{api_port}", headers={"Authorization": "Bearer alice-token"},
                            timeout=30)

@@ -49,7 +49,7 @@ class Api:
         from sqlalchemy import text
 
         with self.registry.engine.connect() as conn:
-            runs = conn.execute(text("SELECT model_id, holder FROM model_runs ORDER BY model_id")).all()
+            runs = conn.execute(text("SELECT kind, key, holder FROM leases ORDER BY kind, key")).all()
         return [m.to_json() for m in self.registry.list_models(include_deleting=True)] + [list(map(str, runs))]
 
 
@@ -150,7 +150,7 @@ def test_url_queries_and_control_characters_never_reach_messages(api):
     reg = api.registry
     path_id = reg.get_model("signed").local_paths[0].id
     reg.set_path_message("signed", path_id, "Downloading", f"fetching {SIGNED}")
-    reg.finish_path("signed", path_id, None, "Failed", f"403 Forbidden for url '{SIGNED}'\nretry later")
+    reg.path_failed("signed", path_id, None, f"403 Forbidden for url '{SIGNED}'\nretry later")
     reg.set_phase("signed", "Failed", f"cannot download: GET {SIGNED} answered 403 \x00 " + "x" * 5000)
     artifact = reg.artifact_for("acme/signed", "0" * 40, "local", "/v", "/v/models/_artifacts/acme--signed/0", [])
     reg.set_artifact(artifact.id, None, "Failed", "GET https://user:pass@cdn.example/y?sig=1 failed")

@@ -19,7 +19,8 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 from rich.table import Table
 
 from weightkeeper.config import Settings, load_settings
-from weightkeeper.errors import ConflictError, InvalidInputError, NotFoundError, WeightkeeperError
+from weightkeeper.context import use
+from weightkeeper.errors import ConfigError, ConflictError, InvalidInputError, NotFoundError, WeightkeeperError
 from weightkeeper.planning import workspace_usage
 from weightkeeper.prefectserver import prefect_api
 from weightkeeper.registry import Model, Registry
@@ -102,7 +103,7 @@ def _run_flow(flow: str, name: str):
         from flows.ensure_model import ensure_model as run
     else:
         from flows.delete_model import delete_model as run
-    return run_here(run, name)
+    return run_here(run, name, wait_for_lease=True)  # a live run holding the model: wait, saying whose
 
 
 def _launch(args, settings: Settings, registry: Registry, flow: str, name: str) -> int:
@@ -229,6 +230,8 @@ def cmd_reconcile(args, settings: Settings) -> int:
 
     with prefect_api(settings.home):
         if args.every:
+            if settings.config_path:  # Prefect's runner starts each run in a process of its own, from this environment
+                os.environ["WEIGHTKEEPER_CONFIG"] = str(settings.config_path)
             reconcile.serve(name="reconcile", interval=args.every)
             return 0
         outcomes = run_here(reconcile)
@@ -351,11 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        settings = load_settings(args.config)
-        if settings.config_path:  # flows run here and in child processes read it from the environment
-            os.environ["WEIGHTKEEPER_CONFIG"] = str(settings.config_path)
+        settings = use(load_settings(args.config)).settings  # flows run here read it from the context
         return args.func(args, settings)
-    except (InvalidInputError, ConflictError, NotFoundError) as e:
+    except (ConfigError, InvalidInputError, ConflictError, NotFoundError) as e:
         err_console.print(f"error: {e}", highlight=False, markup=False, soft_wrap=True)
         return 2
     except WeightkeeperError as e:

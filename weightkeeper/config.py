@@ -1,11 +1,13 @@
-"""Configuration: workspaces and settings from a TOML file, overridable from the environment.
+"""Configuration: workspaces and settings from a TOML file, overridable from the environment, parsed and
+validated by pydantic. A wrong key, type or value is one `ConfigError` line naming the key and the file.
 
 Environment (documented defaults):
 - `WEIGHTKEEPER_CONFIG`: path of the TOML file (default `<home>/config.toml`, optional).
 - `WEIGHTKEEPER_HOME`: data directory (default `~/.local/share/weightkeeper`).
 - `WEIGHTKEEPER_REGISTRY_URL`: SQLAlchemy URL of the registry (default SQLite `<home>/registry.db`;
   `postgresql+psycopg://user@host/db` for several hosts).
-- `HF_ENDPOINT`: Hugging Face endpoint, unless `hf_endpoint` is set in the file.
+- `WEIGHTKEEPER_<SETTING>` overrides any other top-level scalar setting too (`WEIGHTKEEPER_LEASE_SECONDS=5`).
+- `HF_ENDPOINT`: Hugging Face endpoint, unless `hf_endpoint` is set.
 - `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` (or any boto3 credential source) for `[s3]`, unless the
   table names a `credentials_block`; `AWS_ENDPOINT_URL_S3` when `endpoint_url` is not set.
 
@@ -39,18 +41,38 @@ The file:
     prefix = "weightkeeper"              # staged at s3://<bucket>/<prefix>/<owner>--<name>/<commit>/
     endpoint_url = "http://minio:9000"   # default: AWS (or $AWS_ENDPOINT_URL_S3)
     region = "us-east-1"
-    credentials_block = "s3-creds"       # a Prefect Secret block {"aws_access_key_id": ..., ...}
+    credentials_block = "s3-creds"       # a prefect-aws AwsCredentials block
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import posixpath
 import re
 import tomllib
-from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    Strict,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.dataclasses import dataclass
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
 from weightkeeper.errors import ConfigError
 from weightkeeper.guard import VolumeRule
@@ -59,7 +81,9 @@ from weightkeeper.layout import BUCKET, MODEL_NAME, SEGMENT
 
 DOWNLOAD_LIMIT_NAME = "weightkeeper-downloads"
 DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+REDIRECT_HOST = re.compile(r"([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?")
 LOCAL_POOL = "weightkeeper-local"
+ENV_PREFIX = "WEIGHTKEEPER_"
 # Flow names. The lifecycle flows deploy as `<flow>/<flow>`, the per-path jobs as `<flow>/<work pool>`.
 ENSURE_FLOW, DELETE_FLOW, RECONCILE_FLOW = "ensure-model", "delete-model", "reconcile"
 DOWNLOAD_FLOW, CLEAN_FLOW = "download-to-path", "clean-path"
@@ -74,15 +98,62 @@ def job_run_name(flow: str, model: str, workspace: str) -> str:
     return f"{flow.split('-')[0]}-{model}-{workspace}"
 
 
-@dataclass(frozen=True)
+def _checked(test, what: str, when=AfterValidator):
+    """A validator refusing a value for which `test` is false: "<value> must be <what>"."""
+    def check(value):
+        if not test(value):
+            raise ValueError(f"{value!r} must be {what}")
+        return value
+    return when(check)
+
+
+def _non_empty(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must be a non-empty string")
+    return value
+
+
+def _clean_path(value: str) -> bool:
+    return value.startswith("/") and posixpath.normpath(value) == value
+
+
+def _plain(segment: str) -> bool:
+    return bool(SEGMENT.fullmatch(segment)) and segment not in (".", "..")
+
+
+def _s3_prefix(uri: str) -> str:
+    """`s3://bucket/prefix/` with plain segments, always ending in '/' (matched by segment)."""
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    segments = key.removesuffix("/").split("/") if key else []
+    if not (uri.startswith("s3://") and BUCKET.fullmatch(bucket) and all(_plain(s) for s in segments)):
+        raise ValueError(f"{uri!r} must be a prefix like s3://bucket/prefix/ (plain segments)")
+    return "/".join(["s3:/", bucket, *segments, ""])
+
+
+# Strict types: a wrong type is refused, never converted (`true` is not 1, "30" is not 30); an int is a number.
+Number = Annotated[float, Strict()]
+Text = Annotated[StrictStr, AfterValidator(_non_empty)]
+Name = Annotated[StrictStr, _checked(MODEL_NAME.fullmatch, "lowercase letters, digits and '-'")]
+CleanPath = Annotated[StrictStr, _checked(_clean_path, "an absolute, clean path")]
+Digest = Annotated[StrictStr, AfterValidator(str.lower), _checked(re.compile("[0-9a-f]{64}").fullmatch,
+                                                                  "64 hex digits")]
+S3Prefix = Annotated[StrictStr, AfterValidator(_s3_prefix)]
+Items = Strict(False)  # a TOML list is read as a tuple (each item keeps its strict type)
+TABLE = ConfigDict(extra="forbid")  # unknown keys are refused
+
+
+@dataclass(frozen=True, config=TABLE)
 class Workspace:
-    name: str
-    volume: str | None
-    cluster: str = "local"
-    public: bool = True
-    owner: str | None = None
-    models_dir: str = "models"
-    work_pool: str | None = None
+    """A volume where models are placed, and where the jobs that place them run."""
+
+    name: Name
+    volume: Annotated[CleanPath, _checked(lambda v: v != "/" and not v.startswith("//"),
+                                          "below the filesystem root")] | None = None  # private ones may have none
+    cluster: StrictStr = "local"
+    public: StrictBool = True
+    owner: Text | None = None
+    models_dir: Annotated[StrictStr, _checked(_plain, "one plain segment")] = "models"
+    work_pool: Name | None = None
     kubernetes: KubernetesTarget | None = None  # its jobs run in this cluster namespace (a Kubernetes pool)
 
     @property
@@ -92,57 +163,179 @@ class Workspace:
     def usable_by(self, owner: str) -> bool:
         return self.public or self.owner == owner
 
+    @field_validator("kubernetes", mode="before")
+    @classmethod
+    def _kubernetes_needs(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and not {"namespace", "image"} <= raw.keys():
+            raise ValueError("needs a namespace and an image")
+        return raw
 
-@dataclass(frozen=True)
+    @field_validator("kubernetes")
+    @classmethod
+    def _kubernetes_names(cls, target: KubernetesTarget | None) -> KubernetesTarget | None:
+        """`[workspaces.kubernetes]`: namespace, image, and the volume as `volume_claim` or `host_path`."""
+        if target is None:
+            return None
+        for key, value in dataclasses.asdict(target).items():
+            if value is not None and not value.strip():
+                raise ValueError(f"{key} must be a non-empty string")
+            if key in ("namespace", "volume_claim", "service_account", "token_secret", "config_map",
+                       "prefect_auth_secret") and value is not None and not DNS_LABEL.fullmatch(value):
+                raise ValueError(f"{key} {value!r} must be a Kubernetes name (lowercase letters, digits, '-')")
+        if (target.volume_claim is None) == (target.host_path is None):
+            raise ValueError("needs exactly one of volume_claim (a PVC) or host_path for the workspace volume")
+        if target.host_path is not None and not _clean_path(target.host_path):
+            raise ValueError(f"host_path {target.host_path!r} must be an absolute, clean path")
+        return target
+
+
+@dataclass(frozen=True, config=TABLE)
 class S3Settings:
-    """Where snapshots are staged: `s3://<bucket>/<prefix>/<owner>--<name>/<commit>/`."""
+    """Where snapshots are staged: `s3://<bucket>/<prefix>/<owner>--<name>/<commit>/`. `enabled = false` keeps
+    its endpoint and credentials (to remove staged copies and read s3:// sources) but stages nothing: new
+    downloads take the direct path."""
 
-    bucket: str
-    prefix: str = "weightkeeper"
-    endpoint_url: str | None = None
-    region: str | None = None
-    credentials_block: str | None = None
-    enabled: bool = True
+    bucket: Annotated[str, _checked(lambda v: isinstance(v, str) and BUCKET.fullmatch(v), "a valid S3 bucket name",
+                                    BeforeValidator)] = Field(None, validate_default=True)  # required
+    prefix: Annotated[StrictStr, _checked(lambda v: all(_plain(p) for p in v.split("/")),
+                                          "one or more plain segments like 'weightkeeper' or 'team/models' "
+                                          "(no leading or trailing '/')")] = "weightkeeper"
+    endpoint_url: Text | None = None
+    region: Text | None = None
+    credentials_block: Text | None = None  # a prefect-aws AwsCredentials block (or, deprecated, a Secret of JSON)
+    enabled: StrictBool = True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=TABLE)
 class User:
     """An API user; only the sha256 of the token is kept. Admins may name any token block and S3 source."""
 
-    name: str
-    uid: int
-    token_sha256: str | None = field(repr=False)  # None: its token_env is not set here (cannot log in)
-    admin: bool = False
-    token_blocks: tuple[str, ...] = ()  # Prefect Secret blocks the user may name as `tokenBlock`
-    s3_sources: tuple[str, ...] = ()  # `s3://bucket/prefix/` prefixes the user may use as sources
+    name: Text
+    uid: Annotated[StrictInt, Field(ge=0)]
+    token_sha256: Digest | None = Field(repr=False)  # None: its token_env is not set here (cannot log in)
+    admin: StrictBool = False
+    token_blocks: Annotated[tuple[Name, ...], Items] = ()  # Prefect Secret blocks it may name as `tokenBlock`
+    s3_sources: Annotated[tuple[S3Prefix, ...], Items] = ()  # `s3://bucket/prefix/` it may use as sources
+
+    @model_validator(mode="before")
+    @classmethod
+    def _token(cls, raw: Any) -> Any:
+        """`token_env` names the variable holding the token (unset where only flows run, as on workers: the
+        user just cannot log in there); only its sha256 is kept."""
+        if not isinstance(raw, dict):
+            return raw
+        if "token_env" in raw:
+            raw = dict(raw)
+            variable = raw.pop("token_env")
+            if not isinstance(variable, str) or not variable:
+                raise ValueError(f"token_env {variable!r} must name an environment variable")
+            token = os.environ.get(variable)
+            raw["token_sha256"] = hashlib.sha256(token.encode()).hexdigest() if token else None
+        elif "token_sha256" not in raw:
+            raise ValueError("needs token_env or token_sha256 (64 hex digits)")
+        return raw
 
 
-@dataclass(frozen=True)
-class Settings:
-    home: Path
-    registry_url: str
-    workspaces: tuple[Workspace, ...] = ()
-    max_concurrent_downloads: int = 4
-    download_timeout_seconds: int = 10800
-    hf_endpoint: str | None = None
-    lease_seconds: int = 60
-    cleanup_retry_seconds: float = 30
-    cleanup_retry_max_seconds: float = 600
-    stop_timeout_seconds: float = 600
-    verify_interval_seconds: float = 86400
-    hub_unreachable_seconds: float = 1800
-    verify_workers: int = 4
-    free_space_margin_bytes: int = 1 << 30  # a download must leave this much free on its volume
-    max_file_bytes: int = 2 << 40  # the largest file a source may list
-    max_manifest_files: int = 100_000  # the most files a Hub repository or S3 prefix may list
-    min_download_bytes_per_second: int = 1024  # a download slower than this over stall_seconds fails (0: never)
-    stall_seconds: int = 60
-    hub_redirect_hosts: tuple[str, ...] = ()  # `host` or `host:port` a Hub download may be redirected to
+def _default_home() -> Path:
+    return Path(os.environ.get(f"{ENV_PREFIX}HOME") or Path.home() / ".local/share/weightkeeper")
+
+
+class _Environment(EnvSettingsSource):
+    """`WEIGHTKEEPER_<SETTING>` for a top-level scalar setting, its text read as the setting's type."""
+
+    def prepare_field_value(self, field_name: str, field: FieldInfo, value: Any, value_is_complex: bool) -> Any:
+        if value is None or self.field_is_complex(field):
+            return None  # tables and lists come from the file only
+        try:
+            return TypeAdapter(field.annotation).validate_python(value)
+        except ValidationError:
+            return value  # refused with the setting's own message
+
+
+class Settings(BaseSettings):
+    """The settings of this process: the file's, or the environment's for its top-level scalars, or defaults."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_ignore_empty=True, extra="forbid", frozen=True)
+
+    home: Path = Field(default_factory=_default_home)
+    registry_url: Text = Field(default_factory=lambda data: f"sqlite:///{data.get('home', _default_home())}"
+                                                            "/registry.db")
+    workspaces: Annotated[tuple[Workspace, ...], Items] = ()
+    max_concurrent_downloads: StrictInt = 4  # negative: unlimited
+    download_timeout_seconds: Annotated[StrictInt, Field(gt=0)] = 10800
+    hf_endpoint: Text | None = Field(default_factory=lambda: os.environ.get("HF_ENDPOINT") or None)
+    lease_seconds: Annotated[StrictInt, Field(gt=0)] = 60
+    cleanup_retry_seconds: Number = 30
+    cleanup_retry_max_seconds: Number = 600
+    stop_timeout_seconds: Number = 600
+    verify_interval_seconds: Number = 86400
+    hub_unreachable_seconds: Number = 1800
+    verify_workers: StrictInt = 4
+    free_space_margin_bytes: Annotated[StrictInt, Field(ge=0)] = 1 << 30  # a download leaves this much free
+    max_file_bytes: Annotated[StrictInt, Field(ge=0)] = 2 << 40  # the largest file a source may list
+    max_manifest_files: Annotated[StrictInt, Field(gt=0)] = 100_000  # the most files a repo or prefix may list
+    min_download_bytes_per_second: Annotated[StrictInt, Field(ge=0)] = 1024  # slower over stall_seconds fails
+    stall_seconds: Annotated[StrictInt, Field(gt=0)] = 60
+    # `host` or `host:port` a Hub download may be redirected to
+    hub_redirect_hosts: Annotated[tuple[StrictStr, ...], Items] = ()
     s3: S3Settings | None = None
-    work_pool: str = LOCAL_POOL
-    reconcile_interval_seconds: float = 60
-    users: tuple[User, ...] = field(default=(), repr=False)
-    config_path: Path | None = field(default=None, compare=False)
+    work_pool: Name = LOCAL_POOL
+    reconcile_interval_seconds: Number = 60
+    users: Annotated[tuple[User, ...], Items] = Field((), repr=False)
+    _config_path: Path | None = PrivateAttr(None)
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                   file_secret_settings):
+        return _Environment(settings_cls), init_settings  # the environment overrides the file; no .env files
+
+    @field_validator("max_concurrent_downloads")
+    @classmethod
+    def _some_downloads(cls, limit: int) -> int:
+        if limit == 0:
+            raise ValueError("0 would block every download; use a positive limit or a negative one for unlimited")
+        return limit
+
+    @field_validator("hub_redirect_hosts")
+    @classmethod
+    def _hosts(cls, hosts: tuple[str, ...]) -> tuple[str, ...]:
+        for host in hosts:
+            if not REDIRECT_HOST.fullmatch(host):
+                raise ValueError(f"must be a list of lowercase `host` or `host:port` (`[ipv6]:port`), not {host!r}")
+        return hosts
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        workspaces = self.workspaces
+        if len({w.name for w in workspaces}) != len(workspaces):
+            raise ValueError("workspace names must be unique")
+        digests = [u.token_sha256 for u in self.users if u.token_sha256]
+        if len({u.name for u in self.users}) != len(self.users) or len(set(digests)) != len(digests):
+            raise ValueError("user names and tokens must be unique")
+        for w in workspaces:
+            if not w.public and not w.owner:
+                raise ValueError(f"private workspace {w.name!r} needs an owner")
+            if w.public and w.volume is None:
+                raise ValueError(f"public workspace {w.name!r} needs a volume")
+            if w.kubernetes and w.volume is None:
+                raise ValueError(f"workspace {w.name!r} has no volume for its kubernetes jobs to mount")
+            if w.kubernetes and not w.work_pool:
+                raise ValueError(f"workspace {w.name!r} runs its jobs in Kubernetes and needs a work_pool of its own")
+            mixed = [o.name for o in workspaces if o.work_pool == w.work_pool
+                     and (bool(o.kubernetes) != bool(w.kubernetes) or o.cluster != w.cluster)]
+            if w.kubernetes and mixed:
+                raise ValueError(f"work pool {w.work_pool!r} of Kubernetes workspace {w.name!r} is also used by "
+                                 f"{mixed}; a Kubernetes pool serves workspaces of one cluster only")
+        roots = sorted(w.volume for w in workspaces if w.volume)
+        for outer, inner in zip(roots, roots[1:]):
+            if inner.startswith(outer + "/"):
+                raise ValueError(f"volume {inner} lies inside volume {outer}; volumes must not nest")
+        return self
+
+    @property
+    def config_path(self) -> Path | None:
+        """The file these settings were read from (None: there was none)."""
+        return self._config_path
 
     def workspace(self, name: str) -> Workspace | None:
         return next((w for w in self.workspaces if w.name == name), None)
@@ -174,228 +367,78 @@ class Settings:
         return self.max_concurrent_downloads >= 0
 
 
-def _workspace(raw: dict, where: str) -> Workspace:
-    unknown = set(raw) - {"name", "volume", "cluster", "public", "owner", "models_dir", "work_pool", "kubernetes"}
-    if unknown:
-        raise ConfigError(f"{where}: unknown workspace keys {sorted(unknown)}")
-    name = raw.get("name")
-    if not isinstance(name, str) or not MODEL_NAME.fullmatch(name):
-        raise ConfigError(f"{where}: workspace name {name!r} must be lowercase letters, digits and '-'")
-    volume = raw.get("volume")
-    if volume is not None:
-        if not isinstance(volume, str) or not volume.startswith("/") or posixpath.normpath(volume) != volume:
-            raise ConfigError(f"{where}: workspace {name!r} volume {volume!r} must be an absolute, clean path")
-        if volume == "/" or volume.startswith("//"):
-            raise ConfigError(f"{where}: workspace {name!r} volume {volume!r} cannot be the filesystem root")
-    models_dir = raw.get("models_dir", "models")
-    if not isinstance(models_dir, str) or not SEGMENT.fullmatch(models_dir) or models_dir in (".", ".."):
-        raise ConfigError(f"{where}: workspace {name!r} models_dir {models_dir!r} must be one plain segment")
-    public = raw.get("public", True)
-    owner = raw.get("owner")
-    if not isinstance(public, bool):
-        raise ConfigError(f"{where}: workspace {name!r} public must be true or false")
-    if not public and not owner:
-        raise ConfigError(f"{where}: private workspace {name!r} needs an owner")
-    if public and volume is None:
-        raise ConfigError(f"{where}: public workspace {name!r} needs a volume")
-    return Workspace(
-        name=name, volume=volume, cluster=str(raw.get("cluster", "local")), public=public,
-        owner=owner, models_dir=models_dir, work_pool=_pool(raw.get("work_pool"), f"{where}: workspace {name!r}"),
-        kubernetes=_kubernetes(raw.get("kubernetes"), f"{where}: workspace {name!r} kubernetes", volume),
-    )
+# What a value of the wrong type must be, by the first word of pydantic's error type.
+EXPECTED = {"int": "an integer", "float": "a number", "bool": "true or false", "string": "a string",
+            "tuple": "a list", "list": "a list", "dict": "a table", "dataclass": "a table", "model": "a table",
+            "path": "a path"}
+ENTRIES = {"workspaces": "workspace", "users": "user"}
 
 
-def _kubernetes(raw: object, where: str, volume: str | None) -> KubernetesTarget | None:
-    """`[workspaces.kubernetes]`: namespace, image, and the volume as `volume_claim` or `host_path`."""
-    if raw is None:
-        return None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where} must be a table")
-    keys = {f.name for f in fields(KubernetesTarget)}
-    if set(raw) - keys:
-        raise ConfigError(f"{where}: unknown keys {sorted(set(raw) - keys)}")
-    for key, value in raw.items():
-        if not isinstance(value, str) or not value.strip():
-            raise ConfigError(f"{where}: {key} must be a non-empty string")
-    for key in ("namespace", "volume_claim", "service_account", "token_secret", "config_map",
-                "prefect_auth_secret"):
-        if key in raw and not DNS_LABEL.fullmatch(raw[key]):
-            raise ConfigError(f"{where}: {key} {raw[key]!r} must be a Kubernetes name (lowercase letters, digits, '-')")
-    if "namespace" not in raw or "image" not in raw:
-        raise ConfigError(f"{where} needs a namespace and an image")
-    if ("volume_claim" in raw) == ("host_path" in raw):
-        raise ConfigError(f"{where} needs exactly one of volume_claim (a PVC) or host_path for the workspace volume")
-    if "host_path" in raw and (not raw["host_path"].startswith("/") or posixpath.normpath(raw["host_path"]) != raw["host_path"]):
-        raise ConfigError(f"{where}: host_path {raw['host_path']!r} must be an absolute, clean path")
-    if volume is None:
-        raise ConfigError(f"{where}: a workspace without a volume has nothing to mount")
-    return KubernetesTarget(**raw)
+def _label(loc: tuple, raw: dict) -> str:
+    """Where in the file `loc` points: `cleanup_retry_seconds`, `[s3] bucket`, `workspace 'gpu' kubernetes`."""
+    words: list[str] = []
+    node: Any = raw
+    for part in loc:
+        if isinstance(node, dict):
+            node = node.get(part)
+        else:
+            node = node[part] if isinstance(node, list) and isinstance(part, int) and part < len(node) else None
+        if isinstance(part, int) and words and words[-1] in ENTRIES and isinstance(node, dict) \
+                and isinstance(node.get("name"), str):
+            words[-1] = f"{ENTRIES[words[-1]]} {node['name']!r}"
+        elif isinstance(part, int) and words:
+            words[-1] += f"[{part}]"
+        else:
+            words.append("[s3]" if not words and part == "s3" else str(part))
+    return " ".join(words)
 
 
-def _pool(value: object, where: str) -> str | None:
-    if value is not None and (not isinstance(value, str) or not MODEL_NAME.fullmatch(value)):
-        raise ConfigError(f"{where}: work_pool {value!r} must be lowercase letters, digits and '-'")
-    return value
-
-
-def _user(raw: dict, where: str) -> User:
-    unknown = set(raw) - {"name", "uid", "token_env", "token_sha256", "admin", "token_blocks", "s3_sources"}
-    if unknown:
-        raise ConfigError(f"{where}: unknown user keys {sorted(unknown)}")
-    name, uid, admin = raw.get("name"), raw.get("uid"), raw.get("admin", False)
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"{where}: a user needs a name")
-    if not isinstance(uid, int) or isinstance(uid, bool) or uid < 0:
-        raise ConfigError(f"{where}: user {name!r} needs a uid (a non-negative integer)")
-    digest = raw.get("token_sha256")
-    if "token_env" in raw:  # unset where only flows run (workers): the user just cannot log in there
-        token = os.environ.get(str(raw["token_env"]))
-        digest = hashlib.sha256(token.encode()).hexdigest() if token else None
-    elif not isinstance(digest, str) or len(digest) != 64:
-        raise ConfigError(f"{where}: user {name!r} needs token_env or token_sha256 (64 hex digits)")
-    if not isinstance(admin, bool):
-        raise ConfigError(f"{where}: user {name!r} admin must be true or false")
-    blocks, prefixes = raw.get("token_blocks", []), raw.get("s3_sources", [])
-    if not isinstance(blocks, list) or not all(isinstance(b, str) and MODEL_NAME.fullmatch(b) for b in blocks):
-        raise ConfigError(f"{where}: user {name!r} token_blocks must be a list of Prefect block names "
-                          "(lowercase letters, digits and '-')")
-    if not isinstance(prefixes, list):
-        raise ConfigError(f"{where}: user {name!r} s3_sources must be a list of prefixes like s3://bucket/prefix/")
-    sources = []
-    for uri in prefixes:
-        bucket, _, key = uri.removeprefix("s3://").partition("/") if isinstance(uri, str) else ("", "", "")
-        segments = key.removesuffix("/").split("/") if key else []
-        if not (isinstance(uri, str) and uri.startswith("s3://") and BUCKET.fullmatch(bucket)
-                and all(SEGMENT.fullmatch(s) and s not in (".", "..") for s in segments)):
-            raise ConfigError(f"{where}: user {name!r} s3_sources must list prefixes like s3://bucket/prefix/ "
-                              f"(plain segments), not {uri!r}")
-        sources.append("/".join(["s3:/", bucket, *segments, ""]))  # always ending in '/': matched by segment
-    return User(name=name, uid=uid, token_sha256=digest and digest.lower(), admin=admin,
-                token_blocks=tuple(blocks), s3_sources=tuple(sources))
-
-
-def _s3(raw: object, where: str) -> S3Settings | None:
-    """The `[s3]` table (None when absent). `enabled = false` keeps its endpoint and credentials (to remove
-    staged copies and read s3:// sources) but stages nothing: new downloads take the direct path."""
-    if raw is None:
-        return None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: [s3] must be a table")
-    unknown = set(raw) - {"bucket", "prefix", "endpoint_url", "region", "credentials_block", "enabled"}
-    if unknown:
-        raise ConfigError(f"{where}: unknown [s3] keys {sorted(unknown)}")
-    if not isinstance(raw.get("enabled", True), bool):
-        raise ConfigError(f"{where}: [s3] enabled must be true or false")
-    bucket, prefix = raw.get("bucket"), raw.get("prefix", "weightkeeper")
-    if not isinstance(bucket, str) or not BUCKET.fullmatch(bucket):
-        raise ConfigError(f"{where}: [s3] bucket {bucket!r} must be a valid S3 bucket name")
-    if not isinstance(prefix, str) or not prefix or any(not SEGMENT.fullmatch(p) or p in (".", "..")
-                                                        for p in prefix.split("/")):
-        raise ConfigError(f"{where}: [s3] prefix {prefix!r} must be one or more plain segments like "
-                          "'weightkeeper' or 'team/models' (no leading or trailing '/')")
-    for key in ("endpoint_url", "region", "credentials_block"):
-        if raw.get(key) is not None and not (isinstance(raw[key], str) and raw[key].strip()):
-            raise ConfigError(f"{where}: [s3] {key} must be a non-empty string")
-    return S3Settings(bucket=bucket, prefix=prefix, endpoint_url=raw.get("endpoint_url"), region=raw.get("region"),
-                      credentials_block=raw.get("credentials_block"), enabled=raw.get("enabled", True))
-
-
-def _int(raw: dict, key: str, default: int, where: str) -> int:
-    value = raw.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(f"{where}: {key} must be an integer, got {value!r}")
-    return value
+def _one_line(error: ValidationError, raw: dict, path: Path) -> str:
+    """The first problem of `error`, as `<file>: <key> <what is wrong>` (the variable instead of the file for
+    a value from the environment). Unknown keys of one table are named together."""
+    errors = error.errors()
+    first = errors[0]
+    loc, kind, value = first["loc"], first["type"], first.get("input")
+    label = _label(loc, raw)
+    if kind in ("extra_forbidden", "unexpected_keyword_argument"):
+        keys = sorted(str(e["loc"][-1]) for e in errors if e["type"] == kind and e["loc"][:-1] == loc[:-1])
+        label, problem = _label(loc[:-1], raw), f"unknown keys {keys}"
+        label = label and f"{label}:"
+    elif kind == "value_error":
+        problem = str(first["ctx"]["error"])
+    elif kind == "missing":
+        problem = "is required"
+    elif kind in ("greater_than", "greater_than_equal"):
+        problem = "must be positive" if kind == "greater_than" else f"must be {first['ctx']['ge']} or more"
+        problem += f", got {value!r}"
+    elif kind == "string_too_short":
+        problem = "must be a non-empty string"
+    elif expected := EXPECTED.get(kind.split("_")[0]):
+        problem = f"must be {expected}, got {value!r}"
+    else:
+        problem = first["msg"]
+    variable = f"{ENV_PREFIX}{loc[0]}".upper() if len(loc) == 1 else ""
+    where = f"${variable}" if variable and os.environ.get(variable) else str(path)
+    return f"{where}: {' '.join(filter(None, [label, problem]))}"
 
 
 def load_settings(path: str | os.PathLike | None = None) -> Settings:
     """Read settings from `path`, `$WEIGHTKEEPER_CONFIG` or `<home>/config.toml`."""
-    home = Path(os.environ.get("WEIGHTKEEPER_HOME") or Path.home() / ".local/share/weightkeeper")
-    explicit = path or os.environ.get("WEIGHTKEEPER_CONFIG")
-    config_path = Path(explicit) if explicit else home / "config.toml"
+    explicit = path or os.environ.get(f"{ENV_PREFIX}CONFIG")
+    config_path = Path(explicit) if explicit else _default_home() / "config.toml"
     raw: dict = {}
     if config_path.exists():
         try:
             raw = tomllib.loads(config_path.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as e:
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
             raise ConfigError(f"cannot read config {config_path}: {e}") from None
     elif explicit:
         raise ConfigError(f"config file {config_path} does not exist")
-    where = str(config_path)
-    known = {"workspaces", "max_concurrent_downloads", "download_timeout_seconds", "hf_endpoint", "registry_url",
-             "home", "lease_seconds", "cleanup_retry_seconds", "cleanup_retry_max_seconds", "stop_timeout_seconds",
-             "verify_interval_seconds", "hub_unreachable_seconds", "verify_workers", "free_space_margin_bytes", "s3",
-             "work_pool", "reconcile_interval_seconds", "users", "max_file_bytes", "max_manifest_files",
-             "min_download_bytes_per_second", "stall_seconds", "hub_redirect_hosts"}
-    if set(raw) - known:
-        raise ConfigError(f"{where}: unknown settings {sorted(set(raw) - known)}")
-    home = Path(raw.get("home", home))
-    workspaces = tuple(_workspace(w, where) for w in raw.get("workspaces", []))
-    names = [w.name for w in workspaces]
-    if len(names) != len(set(names)):
-        raise ConfigError(f"{where}: workspace names must be unique")
-    users = tuple(_user(u, where) for u in raw.get("users", []))
-    digests = [u.token_sha256 for u in users if u.token_sha256]
-    if len({u.name for u in users}) != len(users) or len(set(digests)) != len(digests):
-        raise ConfigError(f"{where}: user names and tokens must be unique")
-    for w in workspaces:
-        if w.kubernetes and not w.work_pool:
-            raise ConfigError(f"{where}: workspace {w.name!r} runs its jobs in Kubernetes and needs a work_pool of its own")
-        mixed = [o.name for o in workspaces if o.work_pool == w.work_pool and (bool(o.kubernetes) != bool(w.kubernetes)
-                                                                            or o.cluster != w.cluster)]
-        if w.kubernetes and mixed:
-            raise ConfigError(f"{where}: work pool {w.work_pool!r} of Kubernetes workspace {w.name!r} is also used by "
-                              f"{mixed}; a Kubernetes pool serves workspaces of one cluster only")
-    roots = sorted(w.volume for w in workspaces if w.volume)
-    for outer, inner in zip(roots, roots[1:]):
-        if inner.startswith(outer + "/"):
-            raise ConfigError(f"{where}: volume {inner} lies inside volume {outer}; volumes must not nest")
-    if _int(raw, "max_concurrent_downloads", 4, where) == 0:
-        raise ConfigError(f"{where}: max_concurrent_downloads = 0 would block every download; "
-                          "use a positive limit or a negative one for unlimited")
-    if _int(raw, "lease_seconds", 60, where) <= 0:
-        raise ConfigError(f"{where}: lease_seconds must be positive")
-    if _int(raw, "free_space_margin_bytes", 1 << 30, where) < 0:
-        raise ConfigError(f"{where}: free_space_margin_bytes must be 0 or more")
-    timeout = _int(raw, "download_timeout_seconds", 10800, where)
-    if timeout <= 0:
-        raise ConfigError(f"{where}: download_timeout_seconds must be positive")
-    if _int(raw, "max_file_bytes", 2 << 40, where) < 0:
-        raise ConfigError(f"{where}: max_file_bytes must be 0 or more")
-    for key, default in (("max_manifest_files", 100_000), ("stall_seconds", 60)):
-        if _int(raw, key, default, where) <= 0:
-            raise ConfigError(f"{where}: {key} must be positive")
-    if _int(raw, "min_download_bytes_per_second", 1024, where) < 0:
-        raise ConfigError(f"{where}: min_download_bytes_per_second must be 0 (no minimum) or more")
-    redirect_hosts = raw.get("hub_redirect_hosts", [])
-    if not isinstance(redirect_hosts, list) or not all(
-            isinstance(h, str) and re.fullmatch(r"([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?", h)
-            for h in redirect_hosts):
-        raise ConfigError(f"{where}: hub_redirect_hosts must be a list of lowercase `host` or `host:port` "
-                          f"(`[ipv6]:port`), got {redirect_hosts!r}")
-    return Settings(
-        home=home,
-        registry_url=os.environ.get("WEIGHTKEEPER_REGISTRY_URL") or raw.get("registry_url")
-        or f"sqlite:///{home / 'registry.db'}",
-        workspaces=workspaces,
-        max_concurrent_downloads=_int(raw, "max_concurrent_downloads", 4, where),
-        download_timeout_seconds=timeout,
-        hf_endpoint=raw.get("hf_endpoint") or os.environ.get("HF_ENDPOINT") or None,
-        lease_seconds=_int(raw, "lease_seconds", 60, where),
-        cleanup_retry_seconds=float(raw.get("cleanup_retry_seconds", 30)),
-        cleanup_retry_max_seconds=float(raw.get("cleanup_retry_max_seconds", 600)),
-        stop_timeout_seconds=float(raw.get("stop_timeout_seconds", 600)),
-        verify_interval_seconds=float(raw.get("verify_interval_seconds", 86400)),
-        hub_unreachable_seconds=float(raw.get("hub_unreachable_seconds", 1800)),
-        verify_workers=_int(raw, "verify_workers", 4, where),
-        s3=_s3(raw.get("s3"), where),
-        free_space_margin_bytes=_int(raw, "free_space_margin_bytes", 1 << 30, where),
-        work_pool=_pool(raw.get("work_pool"), where) or LOCAL_POOL,
-        reconcile_interval_seconds=float(raw.get("reconcile_interval_seconds", 60)),
-        max_file_bytes=_int(raw, "max_file_bytes", 2 << 40, where),
-        max_manifest_files=_int(raw, "max_manifest_files", 100_000, where),
-        min_download_bytes_per_second=_int(raw, "min_download_bytes_per_second", 1024, where),
-        stall_seconds=_int(raw, "stall_seconds", 60, where),
-        hub_redirect_hosts=tuple(redirect_hosts),
-        users=users,
-        config_path=config_path if config_path.exists() else None,
-    )
+    if private := sorted(key for key in raw if key.startswith("_")):  # BaseSettings' own arguments
+        raise ConfigError(f"{config_path}: unknown keys {private}")
+    try:
+        settings = Settings(**raw)
+    except ValidationError as e:
+        raise ConfigError(_one_line(e, raw, config_path)) from None
+    settings._config_path = config_path if config_path.exists() else None
+    return settings

@@ -18,9 +18,10 @@ import httpx
 
 from weightkeeper.cli import paths_table, console, follow
 from weightkeeper.config import load_settings
+from weightkeeper.context import use
 from weightkeeper.hubserver import HubServer
 from weightkeeper.prefectserver import prefect_api
-from weightkeeper.service import declare_model, registry_for
+from weightkeeper.service import declare_model
 
 ONLINE_SOURCE = "hf://hf-internal-testing/tiny-random-gpt2"
 SHIPPED_REPO = "weightkeeper/tiny-demo"
@@ -64,9 +65,7 @@ def run_demo(source: str | None = None, offline: bool = False) -> int:
                       f"is served by the project's own Hub test server at {server.url}")
     source = source or ONLINE_SOURCE
     try:
-        os.environ["WEIGHTKEEPER_CONFIG"] = str(_write_config(scratch, server.url if server else None))
-        settings = load_settings()
-        registry = registry_for(settings)
+        settings, registry = use(load_settings(_write_config(scratch, server.url if server else None)))
         console.print(f"[bold]1. declare[/] model demo from {source} into every public workspace")
         declare_model(settings, registry, name="demo", source=source, owner_name=getpass.getuser(),
                       owner_uid=os.getuid())

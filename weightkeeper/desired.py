@@ -6,23 +6,21 @@ import posixpath
 
 from weightkeeper.config import DELETE_FLOW, ENSURE_FLOW
 from weightkeeper.registry.common import DELETING, DOWNLOADING, PENDING, STAGING
-from weightkeeper.registry.runs import RunLease
 
 IN_PROGRESS = (PENDING, STAGING, DOWNLOADING)
 
 
-def needed_run(phase: str, lease: RunLease | None) -> str | None:
-    """The flow that drives a model to its desired state, unless a live run already does.
+def needed_run(phase: str, live_run: str | None) -> str | None:
+    """The flow that drives a model to its desired state, unless a live run (of flow `live_run`) already does.
 
     Deleting -> delete-model (it takes over from an ensure-model run); Pending, Staging and
     Downloading -> ensure-model; Ready and Failed need none (Ready copies are checked by reconcile).
-    A lease without a fresh heartbeat is a crashed run: its work is redone.
+    A run whose lease was abandoned is not live: its work is redone.
     """
-    live = lease is not None and lease.fresh
     if phase == DELETING:
-        return None if live and lease.flow == DELETE_FLOW else DELETE_FLOW
+        return None if live_run == DELETE_FLOW else DELETE_FLOW
     if phase in IN_PROGRESS:
-        return None if live else ENSURE_FLOW
+        return None if live_run else ENSURE_FLOW
     return None
 
 

@@ -5,9 +5,14 @@
 Prefect's server opens its SQLite write transactions DEFERRED: one that has read and then meets
 another connection's write fails at once with "database is locked" (the busy timeout cannot help a
 stale read snapshot), answered 503, and Prefect's client sleeps 2 s. Here they begin IMMEDIATE: they
-take the write lock first, so a second writer waits its turn under the busy timeout. PostgreSQL is
+take the write lock first, so a second writer waits its turn under the busy timeout; the server refuses
+to start if Prefect no longer honours that (bench/prefect_sqlite.py measures it). PostgreSQL is
 unaffected. Concurrency-slot leases are kept on disk (unless `PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE`
 says otherwise), so a restart leaks no slot.
+
+`prefect_api` starts it with its Prefect home (database, leases) under weightkeeper's home, so homes
+share nothing, and points every Prefect client of the process, in any thread, and every process it
+starts, at it, with Prefect's temporary server disabled.
 
 Authentication: Prefect's basic auth (`PREFECT_SERVER_API_AUTH_STRING` on the server, `PREFECT_API_AUTH_STRING`
 in clients). `prefect_api` turns it on whenever the server listens beyond loopback (and on request), with the
@@ -44,10 +49,14 @@ LOOPBACK = "127.0.0.1"
 AUTH_ENV = "PREFECT_API_AUTH_STRING"  # the operator's credential, if set; what Prefect clients send
 SERVER_AUTH_ENV = "PREFECT_SERVER_API_AUTH_STRING"  # what Prefect's server requires
 AUTH_FILE = "prefect-auth"  # under weightkeeper's home: the credential generated when the operator set none
+PREFECT_DIR = "prefect"  # under weightkeeper's home: the Prefect home of the server started here
+NO_TEMPORARY_SERVER = {"PREFECT_SERVER_ALLOW_EPHEMERAL_MODE": "false"}  # a client without an API URL fails
 
 
 def queue_sqlite_writes() -> None:
-    """Make the SQLite configuration of Prefect's server begin every write transaction IMMEDIATE."""
+    """Make the SQLite configuration of Prefect's server begin every write transaction IMMEDIATE; a
+    WeightkeeperError if Prefect no longer honours it."""
+    import prefect
     from prefect.server.database import configurations
 
     @contextlib.asynccontextmanager
@@ -60,6 +69,41 @@ def queue_sqlite_writes() -> None:
             configurations.SQLITE_BEGIN_MODE.reset(token)
 
     configurations.AioSqliteConfiguration.begin_transaction = begin_transaction
+    if not writes_take_the_lock_first():
+        raise WeightkeeperError(f"Prefect {prefect.__version__} no longer begins its server's SQLite write transactions "
+                                f"as weightkeeper.prefectserver sets them (IMMEDIATE): use the Prefect version "
+                                f"weightkeeper pins, or run a Prefect server on PostgreSQL and set PREFECT_API_URL")
+
+
+def writes_take_the_lock_first() -> bool:
+    """Whether a write transaction of Prefect's SQLite configuration holds the database's write lock from its
+    first statement, so that another writer waits (checked on a scratch database)."""
+    import asyncio
+    import sqlite3
+    import tempfile
+
+    import sqlalchemy as sa
+    from prefect.server.database.configurations import AioSqliteConfiguration
+
+    async def check(path: str) -> bool:
+        config = AioSqliteConfiguration(connection_url=f"sqlite+aiosqlite:///{path}")
+        engine = await config.engine()
+        try:
+            async with await config.session(engine) as session, config.begin_transaction(session):
+                await session.execute(sa.text("SELECT 1"))  # reads nothing: only the BEGIN can lock
+                other = sqlite3.connect(path, timeout=0, isolation_level=None)
+                try:
+                    other.execute("BEGIN IMMEDIATE")
+                except sqlite3.OperationalError:  # database is locked
+                    return True
+                finally:
+                    other.close()
+                return False
+        finally:
+            await engine.dispose()
+
+    with tempfile.TemporaryDirectory(prefix="weightkeeper-sqlite-check-") as scratch:
+        return asyncio.run(check(f"{scratch}/check.db"))
 
 
 def exit_with_parent(parent: int) -> None:
@@ -79,7 +123,10 @@ def main() -> None:
     os.environ.setdefault("PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE", LEASE_STORAGE)
     if parent := os.environ.pop(PARENT_ENV, None):
         exit_with_parent(int(parent))
-    queue_sqlite_writes()
+    try:
+        queue_sqlite_writes()
+    except WeightkeeperError as e:
+        sys.exit(f"error: {e}")
     from prefect.cli import app
 
     sys.argv = ["prefect", "server", "start", *sys.argv[1:]]
@@ -211,25 +258,28 @@ def start_server(port: int, log: Path, env: dict[str, str], host: str = LOOPBACK
 
 @contextlib.contextmanager
 def prefect_api(home: Path, port: int | None = None, host: str = LOOPBACK, always_auth: bool = False) -> Iterator[str]:
-    """The Prefect API URL, in effect for this context: `PREFECT_API_URL` if set, else a server started here
-    (on `host`:`port`, or a free loopback port; its log in `home/logs/prefect-server.log`) and stopped at exit,
-    or when this process dies. It replaces Prefect's ephemeral server, which would run Prefect's stock SQLite
-    transactions. The server requires `prefect_credential` when `needs_auth`; clients in this context send it."""
-    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
+    """The Prefect API URL, in effect for this context (`clients_use`): `PREFECT_API_URL` if set, else a server
+    started here (on `host`:`port`, or a free loopback port; its Prefect home `home/prefect`, its log
+    `home/logs/prefect-server.log`) and stopped at exit, or when this process dies. It replaces Prefect's
+    temporary server, which would run Prefect's stock SQLite transactions in `~/.prefect`, shared by every home.
+    The server requires `prefect_credential` when `needs_auth`; clients in this context send it."""
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, PREFECT_PROFILES_PATH
 
     if url := PREFECT_API_URL.value():
         try:  # any answer will do: a Prefect Cloud workspace may want credentials even here
             httpx.get(f"{url}/health", timeout=5)
         except httpx.HTTPError as e:
             raise WeightkeeperError(f"the Prefect server at {url} (PREFECT_API_URL) does not answer: {e}") from None
-        yield url
+        with clients_use(url, PREFECT_API_AUTH_STRING.value()):
+            yield url
         return
     if port and not port_free(port, host):
         raise WeightkeeperError(f"port {port} is in use: to use the Prefect server there, set PREFECT_API_URL; "
                                 f"else pick another port")
     port = port or free_port()
     url = f"http://{connect_host(host)}:{port}/api"
-    env = dict(os.environ, **{PARENT_ENV: str(os.getpid())})
+    env = dict(os.environ, **{PARENT_ENV: str(os.getpid())}, PREFECT_HOME=str(home / PREFECT_DIR),
+               PREFECT_PROFILES_PATH=str(PREFECT_PROFILES_PATH.value()))  # the operator's profile still applies
     env.setdefault("PREFECT_UI_API_URL", "/api")  # the UI asks the server that serves it, whatever its address
     env.pop(SERVER_AUTH_ENV, None)  # the server requires exactly what `needs_auth` decides
     credential = prefect_credential(home) if needs_auth(host, always_auth) else None
@@ -238,9 +288,8 @@ def prefect_api(home: Path, port: int | None = None, host: str = LOOPBACK, alway
     server = start_server(port, home / "logs" / "prefect-server.log", env, host)
     stop_server = functools.partial(stop, server)
     atexit.register(stop_server)  # also when an interrupt abandons a thread that is still inside this context
-    client_settings = {PREFECT_API_URL: url, **({PREFECT_API_AUTH_STRING: credential} if credential else {})}
     try:
-        with temporary_settings(client_settings):
+        with clients_use(url, credential):
             try:
                 yield url
             finally:
@@ -248,6 +297,34 @@ def prefect_api(home: Path, port: int | None = None, host: str = LOOPBACK, alway
     finally:
         stop_server()
         atexit.unregister(stop_server)
+
+
+@contextlib.contextmanager
+def clients_use(url: str, credential: str | None) -> Iterator[None]:
+    """Every Prefect client of this process, in any thread, and every process it starts use the server at `url`
+    (sending `credential`), and none starts Prefect's temporary server. Prefect's settings are context variables:
+    a thread started without this context would otherwise find no API URL and start a temporary server, which
+    outlives a killed command. So they are also set in the environment, and Prefect's process-wide settings
+    (what such a thread sees) reread from it; after this context a late client fails instead."""
+    from prefect.context import refresh_global_settings_context
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE
+    from prefect.settings import temporary_settings
+
+    values = {"PREFECT_API_URL": url, **({AUTH_ENV: credential} if credential else {})}
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values, **NO_TEMPORARY_SERVER)  # the latter stays
+    refresh_global_settings_context()
+    try:
+        with temporary_settings({PREFECT_API_URL: url, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE: False,
+                                 **({PREFECT_API_AUTH_STRING: credential} if credential else {})}):
+            yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        refresh_global_settings_context()
 
 
 def _send_queued_logs_and_events() -> None:

@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
+import contextvars
 import functools
-import os
-import socket
-import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import TypeVar
+from uuid import UUID
 
 import prefect.context
 from prefect import get_run_logger
+from prefect.client.orchestration import get_client
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY
+from prefect.states import Crashed
 
 from weightkeeper.config import Settings, deployment_name
 from weightkeeper.errors import NotFoundError
+from weightkeeper.lease import renewed
 from weightkeeper.registry import Holder, Registry
-from weightkeeper.registry.runs import RESERVED
+from weightkeeper.registry.common import utcnow
+from weightkeeper.registry.leases import Kind, Lease, abandoned
+from weightkeeper.registry.runs import reservation
 from weightkeeper.runtime import prefect_settings, runtime
 
 F = TypeVar("F", bound=Callable[..., str])
@@ -34,10 +39,37 @@ def without_prefect_heartbeat() -> prefect.context.SettingsContext:
     return prefect_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
 
 
-def run_here(flow: Callable[..., R], *args) -> R:
-    """Run a flow in this process and thread (the CLI, the demo, the benchmarks)."""
-    with without_prefect_heartbeat():
-        return flow(*args)
+WAIT_FOR_LEASE: contextvars.ContextVar[bool] = contextvars.ContextVar("wait_for_run_lease", default=False)
+WAIT_POLL_SECONDS = 2.0
+
+
+def run_here(flow: Callable[..., R], *args, wait_for_lease: bool = False) -> R:
+    """Run a flow in this process and thread (the CLI, the demo, the benchmarks). `wait_for_lease`: when a
+    live run holds the model's run lease, wait for it (saying who holds it) instead of stopping at once."""
+    token = WAIT_FOR_LEASE.set(wait_for_lease)
+    try:
+        with without_prefect_heartbeat():
+            return flow(*args)
+    finally:
+        WAIT_FOR_LEASE.reset(token)
+
+
+def mark_run_crashed(run_id: str, message: str) -> str:
+    """Show a Prefect flow run whose process is gone as Crashed instead of Running; its final state name."""
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(UUID(run_id)).state
+        if state is None or state.is_final():
+            return state.name if state else "unknown"
+        client.set_flow_run_state(UUID(run_id), Crashed(message=message), force=True)
+    return "Crashed"
+
+
+def flow_run_of(lease: Lease) -> str | None:
+    """The Prefect flow run behind a run lease (None for reservations and runs outside Prefect)."""
+    try:
+        return str(UUID(lease.holder.run))
+    except ValueError:
+        return None
 
 
 class NoDeployment(Exception):
@@ -48,8 +80,8 @@ def reserve(registry: Registry, settings: Settings, flow: str, name: str, key: s
             phases: tuple[str, ...] | None = None) -> str | None:
     """Reserve the model's run lease for a run about to start (while the model is in one of `phases`);
     what prevents it otherwise (a fresh lease's holder, or `phase <phase>`)."""
-    holder = Holder(f"{RESERVED}{key}", socket.gethostname(), os.getpid(), 0.0)
-    return registry.claim_run(name, flow, holder, settings.lease_seconds, phases)
+    blocker = registry.claim_run(name, flow, reservation(key), settings.lease_seconds, phases)
+    return blocker.describe() if isinstance(blocker, Lease) else blocker
 
 
 def start_deployment(registry: Registry, settings: Settings, flow: str, name: str, key: str,
@@ -63,7 +95,7 @@ def start_deployment(registry: Registry, settings: Settings, flow: str, name: st
         run = run_deployment(deployment_name(flow), parameters={"name": name}, timeout=0, idempotency_key=key,
                              flow_run_name=f"{flow.split('-')[0]}-{name}")
     except BaseException as e:  # no run was started: free the reservation at once (a run that was takes it over)
-        registry.release_run(name, Holder(f"{RESERVED}{key}", "", 0, 0.0))
+        registry.release_run(name, reservation(key))
         if isinstance(e, ObjectNotFound):
             raise NoDeployment(f"deployment {deployment_name(flow)!r} does not exist; start `weightkeeper serve`") \
                 from None
@@ -71,42 +103,55 @@ def start_deployment(registry: Registry, settings: Settings, flow: str, name: st
     return str(run.id)
 
 
-def holds_run_lease(flow: str) -> Callable[[F], F]:
-    """Run a lifecycle flow body only while holding the model's run lease (renewed in a thread).
+def _claim(registry: Registry, settings: Settings, name: str, flow: str, holder: Holder) -> Lease | str | None:
+    """Take the model's run lease; when a live run holds it, wait (if `WAIT_FOR_LEASE`) saying who holds it.
+    A run taken over from a process that is gone is marked Crashed in Prefect."""
+    logger, said = get_run_logger(), None
+    while True:
+        previous = registry.lease_of(Kind.RUN, registry.get_model(name).id)
+        blocker = registry.claim_run(name, flow, holder, settings.lease_seconds)
+        if blocker is None:
+            if previous and previous.holder.run != holder.run and (run_id := flow_run_of(previous)) \
+                    and abandoned(previous, utcnow(), holder.host):
+                logger.warning("%s: took over from %s run %s, whose process is gone", name, previous.purpose, run_id)
+                try:
+                    mark_run_crashed(run_id, f"its process is gone; run {holder.run} took model {name!r} over")
+                except Exception as e:  # noqa: BLE001 - showing it is a courtesy; the work goes on
+                    logger.warning("%s: could not mark run %s Crashed: %s", name, run_id, e)
+            return None
+        if isinstance(blocker, str) or not WAIT_FOR_LEASE.get():
+            return blocker
+        if said != blocker.holder.run:
+            said = blocker.holder.run
+            logger.info("%s: waiting for %s %s", name, blocker.purpose, blocker.describe())
+        time.sleep(min(WAIT_POLL_SECONDS, max(0.2, blocker.lapses_in())))
 
-    When another run holds a fresh lease, the body is skipped and the model's phase returned.
+
+def holds_run_lease(flow: str) -> Callable[[F], F]:
+    """Run a lifecycle flow body only while holding the model's run lease (renewed by the process's renewer).
+
+    When another live run holds it, the body is skipped and the model's phase returned (or, in a run
+    started with `run_here(..., wait_for_lease=True)`, it waits for that run).
     """
 
     def wrap(fn: F) -> F:
         @functools.wraps(fn)
         def run(name: str, *args, **kwargs) -> str:
             settings, registry = runtime()
-            holder = Holder.here(str(flow_run.id) if flow_run.id else f"local/{uuid.uuid4()}")
+            holder = Holder.here(str(flow_run.id) if flow_run.id else f"process/{uuid.uuid4()}")
             try:
-                other = registry.claim_run(name, flow, holder, settings.lease_seconds)
+                other = _claim(registry, settings, name, flow, holder)
             except NotFoundError:
                 return fn(name, *args, **kwargs)  # the flow says what an unknown model means
             if other:
                 model = registry.find_model(name)
-                get_run_logger().info("%s: run %s is already working on it; this %s run stops", name, other, flow)
+                get_run_logger().info("%s: %s is already working on it; this %s run stops", name,
+                                      other.describe() if isinstance(other, Lease) else other, flow)
                 return model.phase if model else "Released"
-            stop = threading.Event()
-
-            def renew() -> None:
-                while not stop.wait(max(0.5, settings.lease_seconds / 3)):
-                    try:
-                        if not registry.renew_run(name, holder):
-                            return
-                    except Exception:  # noqa: BLE001 - retried on the next beat; expiry is the backstop
-                        pass
-
-            beat = threading.Thread(target=renew, name=f"run-lease-{name}", daemon=True)
-            beat.start()
             try:
-                return fn(name, *args, **kwargs)
+                with renewed(registry, Kind.RUN, registry.get_model(name).id, holder, settings.lease_seconds):
+                    return fn(name, *args, **kwargs)
             finally:
-                stop.set()
-                beat.join()
                 registry.release_run(name, holder)
 
         return run  # type: ignore[return-value]

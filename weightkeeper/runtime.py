@@ -1,37 +1,35 @@
-"""What a task needs at run time: settings, the registry, the download limit, the token."""
+"""What a task needs at run time: settings, the registry, the download limit."""
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
-import os
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
-from uuid import UUID
 
 import httpx
 import prefect.context
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, GlobalConcurrencyLimitUpdate
 from prefect.client.schemas.objects import ConcurrencyLeaseHolder
+from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError
+from prefect.concurrency.sync import concurrency
 from prefect.exceptions import ObjectNotFound
 from prefect.runtime import task_run
 from prefect.settings.legacy import Setting
 
-from weightkeeper.config import DOWNLOAD_LIMIT_NAME, Settings, load_settings
+from weightkeeper.config import DOWNLOAD_LIMIT_NAME, Settings
 from weightkeeper.errors import DownloadError
-from weightkeeper.registry import Registry, open_registry
+from weightkeeper.registry import Registry
 
 SLOT_POLL_SECONDS = 1.0
-SLOT_LEASE_SECONDS = 60.0
-RELEASE_SECONDS = 5.0
-LOCKED_DB_RETRY_SECONDS = 0.05
+SLOT_LEASE_SECONDS = 60.0  # the shortest lease Prefect's server grants (`lease_duration` >= 60)
 
 logger = logging.getLogger("weightkeeper.runtime")
+_TAKING = threading.Lock()  # one slot request at a time in this process (Prefect's slot service queues them too)
 _PREFECT_SETTINGS: dict[tuple, tuple[Any, Any]] = {}  # (base id, updates) -> (base, updated)
 
 
@@ -50,8 +48,9 @@ def prefect_settings(updates: dict[Setting, Any]) -> prefect.context.SettingsCon
 
 
 def runtime() -> tuple[Settings, Registry]:
-    settings = load_settings()
-    return settings, open_registry(settings.registry_url)
+    from weightkeeper.context import current
+
+    return current()
 
 
 def ensure_download_limit(settings: Settings) -> None:
@@ -70,134 +69,64 @@ def ensure_download_limit(settings: Settings) -> None:
                 limit=settings.max_concurrent_downloads, active=True))
 
 
+def _no_limit() -> DownloadError:
+    return DownloadError(f"the download limit {DOWNLOAD_LIMIT_NAME!r} does not exist (or is inactive) on the Prefect "
+                         "server; `weightkeeper serve` or any ensure-model run creates it", permanent=True)
+
+
 def slots_in_use() -> tuple[int, int]:
+    """(slots taken, limit) of the download limit."""
     with get_client(sync_client=True) as client:
-        limit = client.read_global_concurrency_limit_by_name(DOWNLOAD_LIMIT_NAME)
+        try:
+            limit = client.read_global_concurrency_limit_by_name(DOWNLOAD_LIMIT_NAME)
+        except ObjectNotFound:
+            raise _no_limit() from None
         return limit.active_slots, limit.limit
 
 
-def _post(client, path: str, body: dict) -> httpx.Response:
-    """POST through the Prefect client, retrying no status. Its own loop backs a 503 (the server's SQLite
-    was locked) off by 2 to 32 s, and in Prefect 3.9 sleeps even after its last attempt; slot requests
-    poll instead. (`_send_with_retry` keeps the client's CSRF handling; Prefect is pinned to 3.9.)"""
-    http = client._client
-    return http._send_with_retry(request=http.build_request("POST", path, json=body),
-                                 send=functools.partial(httpx.Client.send, http), send_args=(), send_kwargs={})
+def _take_slot(on_wait: Callable[[int, int], None]) -> AbstractContextManager[None]:
+    """Prefect's `concurrency` for one slot, entered once one is free.
 
-
-def _acquire_slot(client, on_wait: Callable[[int, int], None]) -> UUID:
-    """One slot of the download limit under a lease; waits (calling `on_wait`) while all are taken."""
-    body = {"names": [DOWNLOAD_LIMIT_NAME], "slots": 1, "mode": "concurrency", "lease_duration": SLOT_LEASE_SECONDS}
-    if task_run.id:
-        body["holder"] = ConcurrencyLeaseHolder(type="task_run", id=task_run.id).model_dump(mode="json")
-    busy, busy_since = LOCKED_DB_RETRY_SECONDS, None
+    Left to wait, Prefect sleeps out each 423 (every slot taken) for the server's Retry-After (up to 30 s)
+    where `on_wait` cannot run. So the limit is read about every SLOT_POLL_SECONDS, `on_wait(in_use, limit)`
+    (which may raise to stop waiting) called in between, and a slot asked for only when one is free, once
+    (`max_retries=0`); reading and asking are one step per process, so only another process can take the
+    slot in between (a 423: polled again, and Prefect logs it)."""
+    holder = ConcurrencyLeaseHolder(type="task_run", id=task_run.id) if task_run.id else None
     while True:
-        response = _post(client, "/v2/concurrency_limits/increment-with-lease", body)
-        if response.status_code == 423:  # Locked: every slot is taken
-            busy, busy_since = LOCKED_DB_RETRY_SECONDS, None
-            on_wait(*slots_in_use())
-            retry_after = float(response.headers.get("Retry-After") or SLOT_POLL_SECONDS)
-            time.sleep(min(max(retry_after, SLOT_POLL_SECONDS / 4), SLOT_POLL_SECONDS))
-            continue
-        busy_since = busy_since or time.monotonic()
-        if response.status_code == 503 and time.monotonic() - busy_since < SLOT_LEASE_SECONDS:
-            time.sleep(busy)  # the server's database was busy for a moment
-            busy = min(2 * busy, SLOT_POLL_SECONDS)
-            continue
-        response.raise_for_status()  # an unavailable server fails the attempt: the task's retries take over
-        granted = response.json()
-        if not granted.get("limits"):
-            raise DownloadError(f"the download limit {DOWNLOAD_LIMIT_NAME!r} does not exist on the Prefect server; "
-                                "`weightkeeper serve` or any ensure-model run creates it", permanent=True)
-        return UUID(granted["lease_id"])
-
-
-def _release_slot(client, lease_id: UUID) -> None:
-    """Free the slot now; a 503 or a dropped connection is tried again for a few seconds, then the lease
-    expires on its own."""
-    deadline, busy = time.monotonic() + RELEASE_SECONDS, LOCKED_DB_RETRY_SECONDS
-    while True:
-        try:
-            response = _post(client, "/v2/concurrency_limits/decrement-with-lease", {"lease_id": str(lease_id)})
-            if response.status_code != 503:
-                response.raise_for_status()
-                return
-            problem: object = "the server's database stayed busy"
-        except httpx.TransportError as e:
-            problem = e
-        except Exception as e:  # noqa: BLE001 - the lease expires on its own
-            problem, deadline = e, 0.0
-        if time.monotonic() > deadline:
-            logger.warning("could not release download slot lease %s (it expires in %.0f s): %s", lease_id,
-                           SLOT_LEASE_SECONDS, problem)
-            return
-        time.sleep(busy)
-        busy = min(2 * busy, SLOT_POLL_SECONDS)
+        with _TAKING:
+            in_use, limit = slots_in_use()
+            if in_use < limit:
+                slot = concurrency(DOWNLOAD_LIMIT_NAME, occupy=1, strict=True, lease_duration=SLOT_LEASE_SECONDS,
+                                   max_retries=0, holder=holder, raise_on_lease_renewal_failure=False)
+                try:
+                    slot.__enter__()
+                    return slot
+                except ConcurrencySlotAcquisitionError as e:
+                    if e.__cause__ is None:  # strict: no limit answered
+                        raise _no_limit() from None
+                    if not (isinstance(e.__cause__, httpx.HTTPStatusError) and e.__cause__.response.status_code == 423):
+                        raise
+        on_wait(in_use, limit)
+        time.sleep(random.uniform(0.5, 1.0) * SLOT_POLL_SECONDS)  # waiters out of step
 
 
 @contextmanager
 def download_slot(settings: Settings, on_wait: Callable[[int, int], None]) -> Iterator[None]:
     """Hold one slot of the download limit (which must exist) while the body runs; `on_wait(in_use, limit)`
-    is called while waiting. The slot is leased: renewed while held, freed by the server if this process dies."""
+    is called while waiting. Prefect's `concurrency` leases the slot and renews the lease while held; the
+    server frees it if this process dies. A renewal or a release that fails (the server restarting) does
+    not fail the body: the lease then expires on its own."""
     if not settings.downloads_limited:
         yield
         return
-    with get_client(sync_client=True) as client:
-        lease_id = _acquire_slot(client, on_wait)
-        released = threading.Event()
-
-        def renew() -> None:
-            while not released.wait(SLOT_LEASE_SECONDS / 4):
-                try:
-                    with get_client(sync_client=True) as renewer:
-                        renewer.renew_concurrency_lease(lease_id, lease_duration=SLOT_LEASE_SECONDS)
-                except Exception as e:  # noqa: BLE001 - the server may be restarting; the lease outlives a few misses
-                    logger.warning("could not renew download slot lease %s: %s", lease_id, e)
-
-        renewer = threading.Thread(target=renew, name="download-slot-lease", daemon=True)
-        renewer.start()
+    with prefect.context.SyncClientContext.get_or_create():  # one client for the polls and the renewals
+        slot = _take_slot(on_wait)
         try:
             yield
         finally:
-            released.set()
-            renewer.join()
-            _release_slot(client, lease_id)
-
-
-def _load_secret(block: str, what: str):
-    from prefect.blocks.system import Secret
-
-    try:
-        return Secret.load(block).get()
-    except (ValueError, ObjectNotFound) as e:
-        raise DownloadError(f"cannot load {what} block {block!r}: {e}; create it with "
-                            f"`prefect block create secret` or the Prefect UI", permanent=True) from None
-
-
-def load_token(block: str | None) -> str | None:
-    """The token in a Prefect Secret block; never returned from a task or logged.
-
-    In a Kubernetes workspace job the token comes from the namespace's Secret instead, as the
-    variable that `WEIGHTKEEPER_TOKEN_ENV` names (set by the job template of a workspace with a token Secret).
-    """
-    if not block:
-        return None
-    if (variable := os.environ.get("WEIGHTKEEPER_TOKEN_ENV")) and os.environ.get(variable):
-        return os.environ[variable]
-    return _load_secret(block, "token")
-
-
-def load_s3_credentials(block: str | None) -> dict | None:
-    """S3 credentials from a Prefect Secret block holding a JSON object; None: boto3's own chain."""
-    if not block:
-        return None
-    value = _load_secret(block, "S3 credentials")
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            value = None
-    if not isinstance(value, dict):
-        raise DownloadError(f"S3 credentials block {block!r} must hold a JSON object with aws_access_key_id and "
-                            "aws_secret_access_key", permanent=True)
-    return value
+            try:
+                slot.__exit__(None, None, None)
+            except Exception as e:  # noqa: BLE001 - the lease expires on its own
+                logger.warning("could not release a download slot (its lease expires within %.0f s): %s",
+                               SLOT_LEASE_SECONDS, e)

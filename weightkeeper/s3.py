@@ -56,12 +56,11 @@ CREDENTIAL_KEYS = {"aws_access_key_id", "aws_secret_access_key", "aws_session_to
 
 
 def make_client(s3: S3Settings, credentials: dict | None = None):
-    """An S3 client for `s3`; `credentials` (from a Prefect Secret block) or boto3's own chain (environment,
+    """An S3 client for `s3`; `credentials` (from an `AwsCredentials` block) or boto3's own chain (environment,
     profile, instance role). Checksums only where S3 requires them, so S3-compatible servers work."""
     if credentials is not None and (set(credentials) - CREDENTIAL_KEYS or "aws_access_key_id" not in credentials):
-        raise DownloadError(f"the S3 credentials block {s3.credentials_block!r} must hold a JSON object with "
-                            f"aws_access_key_id, aws_secret_access_key (and optionally aws_session_token)",
-                            permanent=True)
+        raise DownloadError(f"the S3 credentials block {s3.credentials_block!r} must set aws_access_key_id and "
+                            f"aws_secret_access_key (and optionally aws_session_token)", permanent=True)
     config = Config(request_checksum_calculation="when_required", response_checksum_validation="when_required",
                     retries={"max_attempts": 5, "mode": "standard"}, max_pool_connections=64,
                     connect_timeout=10, read_timeout=120)
@@ -73,7 +72,7 @@ def s3_error(error: Exception, what: str) -> DownloadError:
     """Translate a boto3 error into one line that says what to do."""
     if isinstance(error, NoCredentialsError):
         return DownloadError(f"no S3 credentials for {what}: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or name a "
-                             "Prefect Secret block in [s3] credentials_block", permanent=True)
+                             "prefect-aws AwsCredentials block in [s3] credentials_block", permanent=True)
     if isinstance(error, ClientError):
         code = error.response.get("Error", {}).get("Code", "")
         status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")

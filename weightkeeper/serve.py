@@ -19,14 +19,11 @@ from weightkeeper.errors import InvalidInputError, WeightkeeperError
 from weightkeeper.prefectserver import AUTH_ENV, AUTH_FILE, LOOPBACK, prefect_api, spawn, stop
 
 
-def start_workers(settings: Settings, api_url: str) -> list[subprocess.Popen]:
+def start_workers(settings: Settings) -> list[subprocess.Popen]:
     """One process worker per work pool of this host (a Kubernetes pool's worker runs in its cluster:
-    `weightkeeper kubernetes worker-manifests`). They get the Prefect credential in their environment."""
-    from prefect.settings import PREFECT_API_AUTH_STRING
-
-    env = dict(os.environ, PREFECT_API_URL=api_url)
-    if credential := PREFECT_API_AUTH_STRING.value():
-        env[AUTH_ENV] = credential
+    `weightkeeper kubernetes worker-manifests`). They inherit the Prefect API URL and credential `prefect_api`
+    put in the environment."""
+    env = dict(os.environ)
     if settings.config_path:
         env["WEIGHTKEEPER_CONFIG"] = str(settings.config_path)
     return [spawn(["prefect", "worker", "start", "--pool", pool, "--type", "process", "--name", f"{pool}-worker"],
@@ -50,10 +47,11 @@ def serve(settings: Settings, port: int, api_host: str, api_port: int | None, pr
     # A supervisor stops services with SIGTERM; make it unwind the `finally`s so no worker or server is left
     # behind (uvicorn re-raises the signal after its own shutdown, which would otherwise kill us on the spot).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    operators_credential = bool(os.environ.get(AUTH_ENV))
     with prefect_api(settings.home, port, prefect_host or LOOPBACK, prefect_auth) as url:
         names = apply_deployments(settings)
-        workers = start_workers(settings, url)
-        print(f"Prefect API {url}{_credential_note(settings)}; deployments: {', '.join(names)}; workers for "
+        workers = start_workers(settings)
+        print(f"Prefect API {url}{_credential_note(settings, operators_credential)}; deployments: {', '.join(names)}; workers for "
               f"{', '.join(settings.pools)} (logs in {settings.home / 'logs'})", flush=True)
         try:
             if api_port is None:
@@ -67,12 +65,13 @@ def serve(settings: Settings, port: int, api_host: str, api_port: int | None, pr
     return 0
 
 
-def _credential_note(settings: Settings) -> str:
-    """Where the credential in effect comes from (never the credential)."""
+def _credential_note(settings: Settings, operators: bool) -> str:
+    """Where the credential in effect comes from (never the credential): the operator's `PREFECT_API_AUTH_STRING`,
+    or the file."""
     from prefect.settings import PREFECT_API_AUTH_STRING
 
     if not PREFECT_API_AUTH_STRING.value():
         return ""
-    if os.environ.get(AUTH_ENV):
+    if operators:
         return f" (credential: ${AUTH_ENV})"
     return f" (credential: {settings.home / AUTH_FILE})"

@@ -10,7 +10,7 @@ from weightkeeper.download import Limits, Snapshot
 from weightkeeper.hub import fetch_snapshot
 from weightkeeper.errors import DownloadError
 from weightkeeper.layout import HfSource, S3Source, parse_source
-from weightkeeper.runtime import load_s3_credentials, load_token
+from weightkeeper.credentials import load_s3_credentials, load_token
 from weightkeeper.s3 import fill_from_s3, make_client
 from weightkeeper.watchdog import Pace
 

@@ -8,7 +8,9 @@ from datetime import datetime
 from sqlalchemy import select
 
 from weightkeeper.errors import NotFoundError
+from weightkeeper.phase import derive_phase
 from weightkeeper.registry.common import DELETING, FAILED, READY, _utc, scrub_message, utcnow
+from weightkeeper.registry.leases import Kind, Lease
 from weightkeeper.registry.schema import ArtifactRow, LocalPathRow, ModelRow
 
 A_PENDING, A_DOWNLOADING, A_READY, A_REPAIRING, A_FAILED = "Pending", "Downloading", "Ready", "Repairing", "Failed"
@@ -38,8 +40,7 @@ class Artifact:
     size_bytes: int | None
     verified_at: datetime | None
     unreachable_since: datetime | None
-    holder: str | None
-    heartbeat_at: datetime | None
+    lease: Lease | None  # who writes or removes it now
     users: list[ArtifactUser]
 
     def to_json(self) -> dict:
@@ -48,7 +49,7 @@ class Artifact:
 
 
 class ArtifactOps:
-    """Mixed into `Registry`; uses its `_tx`, `_model`, `_path`, `_busy` and `_lease`."""
+    """Mixed into `Registry`; uses its `_tx`, `_model`, `_path` and lease operations."""
 
     def _artifact(self, s, artifact_id: int) -> ArtifactRow:
         row = s.scalars(select(ArtifactRow).where(ArtifactRow.id == artifact_id).with_for_update()).first()
@@ -56,14 +57,13 @@ class ArtifactOps:
             raise NotFoundError(f"shared copy #{artifact_id} does not exist")
         return row
 
-    @staticmethod
-    def _artifact_view(s, row: ArtifactRow) -> Artifact:
+    def _artifact_view(self, s, row: ArtifactRow) -> Artifact:
         users = [ArtifactUser(name, pid, ws, path, keep, phase == DELETING) for name, pid, ws, path, keep, phase in s.execute(
             select(ModelRow.name, LocalPathRow.id, LocalPathRow.workspace, LocalPathRow.path, ModelRow.keep_files,
                    ModelRow.phase).join(ModelRow).where(LocalPathRow.artifact_id == row.id))]
         return Artifact(row.id, row.repo_id, row.commit, row.cluster, row.volume, row.path, row.files, row.state,
-                        row.message, row.size_bytes, _utc(row.verified_at), _utc(row.unreachable_since), row.holder,
-                        _utc(row.heartbeat_at), users)
+                        row.message, row.size_bytes, _utc(row.verified_at), _utc(row.unreachable_since),
+                        self._leases(s, Kind.ARTIFACT, [row.id]).get(row.id), users)
 
     def artifact_for(self, repo_id: str, commit: str, cluster: str, volume: str, path: str,
                      files: list[dict]) -> Artifact:
@@ -88,22 +88,10 @@ class ArtifactOps:
         with self._tx() as s:
             return [self._artifact_view(s, r) for r in s.scalars(select(ArtifactRow).order_by(ArtifactRow.id))]
 
-    def claim_artifact(self, artifact_id: int, holder, lease_seconds: float) -> bool:
-        """Make `holder` the one writer of a shared copy unless another holder's lease is fresh."""
+    def claim_artifact(self, artifact_id: int, holder, lease_seconds: float) -> Lease | None:
+        """Make `holder` the one writer of a shared copy; the lease of the run that keeps it from it, if any."""
         with self._tx() as s:
-            row = self._artifact(s, artifact_id)
-            if self._busy(row, holder, lease_seconds):
-                return False
-            self._lease(row, holder)
-            return True
-
-    def heartbeat_artifact(self, artifact_id: int, holder) -> bool:
-        with self._tx() as s:
-            row = self._artifact(s, artifact_id)
-            if row.holder != holder.run:
-                return False
-            row.heartbeat_at = row.updated_at = utcnow()
-            return True
+            return self._take(s, Kind.ARTIFACT, self._artifact(s, artifact_id).id, holder, lease_seconds)
 
     def set_artifact(self, artifact_id: int, holder, state: str, message: str = "", *, size_bytes: int | None = None,
                      verified: bool = False, unreachable_since: datetime | None | bool = False,
@@ -111,7 +99,8 @@ class ArtifactOps:
         """Record a shared copy's state (only by its lease holder); `release` ends the lease."""
         with self._tx() as s:
             row = self._artifact(s, artifact_id)
-            if holder is not None and row.holder not in (None, holder.run):
+            lease = self._lease_row(s, Kind.ARTIFACT, row.id)
+            if holder is not None and lease is not None and lease.holder != holder.run:
                 return
             row.state, row.message, row.updated_at = state, scrub_message(message), utcnow()
             if size_bytes is not None:
@@ -121,7 +110,7 @@ class ArtifactOps:
             if unreachable_since is not False:
                 row.unreachable_since = unreachable_since
             if release:
-                row.holder = row.holder_host = row.holder_pid = row.holder_started = row.heartbeat_at = None
+                self._drop(s, Kind.ARTIFACT, row.id)
 
     def link_path(self, name: str, path_id: int, artifact_id: int | None) -> None:
         with self._tx() as s:
@@ -139,9 +128,11 @@ class ArtifactOps:
                 if model.phase == DELETING:
                     continue
                 p.status, p.message, p.updated_at = status, message, utcnow()
+                if p.retired:  # an old path never decides its model's phase
+                    continue
                 if status == FAILED:
                     model.phase, model.message = FAILED, message
-                elif all(q.status == READY for q in model.paths):
+                elif derive_phase(model.phase, model.message, model.paths)[0] == READY:
                     model.phase, model.message = READY, message
                 touched.append(model.name)
             return touched
@@ -152,5 +143,6 @@ class ArtifactOps:
             row = self._artifact(s, artifact_id)
             if s.scalars(select(LocalPathRow.id).where(LocalPathRow.artifact_id == artifact_id)).first():
                 return False
+            self._drop(s, Kind.ARTIFACT, row.id)
             s.delete(row)
             return True

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-PENDING, DOWNLOADING, READY, FAILED, DELETING = "Pending", "Downloading", "Ready", "Failed", "Deleting"
-STAGING = "Staging"
-WAITING, CLEANING = "Waiting", "Cleaning"
+from weightkeeper.phase import PathStatus, Phase
+
+PENDING, DOWNLOADING, READY, FAILED = Phase.PENDING, Phase.DOWNLOADING, Phase.READY, Phase.FAILED  # paths' too
+STAGING, DELETING = Phase.STAGING, Phase.DELETING
+WAITING, CLEANING = PathStatus.WAITING, PathStatus.CLEANING
 MESSAGE_LIMIT = 2000
 _URL = re.compile(r"(https?://)(?:[^\s/?#@'\"<>]*@)?([^\s?#'\"<>]*)([?#][^\s'\"<>]*)?", re.IGNORECASE)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -44,6 +46,11 @@ class Holder:
     host: str
     pid: int
     started: float
+
+    @property
+    def is_reservation(self) -> bool:
+        """A lease reserved for a run about to start: no process holds it yet."""
+        return self.pid == 0
 
     @classmethod
     def here(cls, run: str) -> Holder:

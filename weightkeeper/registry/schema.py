@@ -12,18 +12,26 @@ class Base(DeclarativeBase):
     pass
 
 
-class Leased:
-    """A lease: who works on the row, renewed by heartbeats; a stale lease may be taken over."""
+class LeaseRow(Base):
+    """Who does a piece of exclusive work (see `registry.leases`): a model's lifecycle run (`run`, keyed by the
+    model id), its S3 staging (`staging`, model id), a local path (`path`, path id) or a shared copy
+    (`artifact`, artifact id)."""
 
-    holder: Mapped[str | None] = mapped_column(String(255))
-    holder_host: Mapped[str | None] = mapped_column(String(255))
-    holder_pid: Mapped[int | None] = mapped_column(Integer)
-    holder_started: Mapped[float | None] = mapped_column(Float)
-    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    __tablename__ = "leases"
+
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    key: Mapped[int] = mapped_column(Integer, primary_key=True)
+    holder: Mapped[str] = mapped_column(String(255))
+    purpose: Mapped[str] = mapped_column(String(32), default="")  # e.g. the lifecycle flow of a run lease
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    started: Mapped[float] = mapped_column(Float)  # process start time (clock ticks since boot; 0: not a process)
+    acquired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
 
 
-class ModelRow(Leased, Base):
-    """A declared model; its lease is held by the run that stages its snapshot to S3."""
+class ModelRow(Base):
+    """A declared model."""
 
     __tablename__ = "models"
 
@@ -55,7 +63,7 @@ class ModelRow(Leased, Base):
     )
 
 
-class LocalPathRow(Leased, Base):
+class LocalPathRow(Base):
     __tablename__ = "local_paths"
     __table_args__ = (UniqueConstraint("model_id", "cluster", "path"),)
 
@@ -81,7 +89,7 @@ class LocalPathRow(Leased, Base):
     model: Mapped[ModelRow] = relationship(back_populates="paths")
 
 
-class ArtifactRow(Leased, Base):
+class ArtifactRow(Base):
     """One shared copy of a snapshot on one volume: `<models root>/_artifacts/<owner>--<name>/<commit>`."""
 
     __tablename__ = "artifacts"
@@ -101,13 +109,3 @@ class ArtifactRow(Leased, Base):
     unreachable_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-
-
-class ModelRunRow(Leased, Base):
-    """The lifecycle run working on a model: `holder` is its Prefect flow run id, or a reservation
-    (`reserved:<key>`) from whoever started it, until the run takes it over."""
-
-    __tablename__ = "model_runs"
-
-    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), primary_key=True)
-    flow: Mapped[str] = mapped_column(String(32))

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 from alembic import command
@@ -28,6 +28,7 @@ from weightkeeper.errors import ConflictError, InvalidInputError, NotFoundError
 from weightkeeper.layout import REUSE_IF_EXISTS
 from weightkeeper.planning import Plan, path_decision
 from weightkeeper.registry.artifacts import ArtifactOps
+from weightkeeper.registry.leases import CLEANUP, Kind, Lease, LeaseOps
 from weightkeeper.registry.runs import RunOps
 from weightkeeper.registry.common import (
     CLEANING,
@@ -35,6 +36,7 @@ from weightkeeper.registry.common import (
     DOWNLOADING,
     FAILED,
     PENDING,
+    READY,
     STAGING,
     Holder,
     _iso,
@@ -58,8 +60,7 @@ class LocalPath:
     bytes_total: int
     owned: bool
     artifact_id: int | None
-    holder: Holder | None
-    heartbeat_at: datetime | None
+    lease: Lease | None  # who works on the path now
     verified_at: datetime | None
     retired: bool
     adopted: bool
@@ -99,9 +100,9 @@ class Model:
     keep_files: bool
     staging_uri: str | None = None  # where the snapshot is staged in S3 (or the s3:// source itself)
     staging_owned: bool = False  # weightkeeper staged it, so deletion removes it
-    staging_holder: Holder | None = None  # the run staging it, renewed by heartbeats
-    staging_heartbeat_at: datetime | None = None
+    staging_lease: Lease | None = None  # the run staging it
     local_paths: list[LocalPath] = field(default_factory=list)
+    id: int = 0
 
     @property
     def is_deleted(self) -> bool:
@@ -149,23 +150,22 @@ class ModelSpec:
     keep_files: bool = False
 
 
-def _holder(row) -> Holder | None:
-    return Holder(row.holder, row.holder_host or "", row.holder_pid or 0, row.holder_started or 0.0) if row.holder \
-        else None
-
-
-def _path_view(row: LocalPathRow) -> LocalPath:
+def _path_view(row: LocalPathRow, leases: dict[int, Lease]) -> LocalPath:
     return LocalPath(row.id, row.workspace, row.cluster, row.path, row.status, row.message, row.size_bytes,
-                     row.bytes_done, row.bytes_total, row.owned, row.artifact_id, _holder(row), _utc(row.heartbeat_at),
+                     row.bytes_done, row.bytes_total, row.owned, row.artifact_id, leases.get(row.id),
                      _utc(row.verified_at), row.retired, row.adopted, row.failover_attempts, row.made)
 
 
 def _view(row: ModelRow) -> Model:
+    s = Session.object_session(row)
+    paths = LeaseOps._leases(s, Kind.PATH, [p.id for p in row.paths])
+    staging = LeaseOps._leases(s, Kind.STAGING, [row.id]).get(row.id)
     return Model(
         row.name, row.owner_name, row.owner_uid, row.source, row.repo_id, row.revision, row.commit, row.token_block,
         row.targets, row.subpath, row.files, row.phase, row.message, _utc(row.created_at), _utc(row.updated_at),
         _utc(row.deletion_time), row.cleanup_attempts, row.download_policy, row.keep_files, row.staging_uri,
-        row.staging_owned, _holder(row), _utc(row.heartbeat_at), [_path_view(p) for p in row.paths],
+        row.staging_owned, staging, [_path_view(p, paths) for p in row.paths],
+        id=row.id,
     )
 
 
@@ -218,7 +218,7 @@ def open_registry(url: str) -> Registry:
 _PATH_LOCK = 7_243_001  # advisory lock key for decisions that read other models' paths
 
 
-class Registry(ArtifactOps, RunOps):
+class Registry(ArtifactOps, RunOps, LeaseOps):
     def __init__(self, engine: Engine):
         self.engine = engine
 
@@ -420,34 +420,30 @@ class Registry(ArtifactOps, RunOps):
             row = self._model(s, name)
             if row.phase == DELETING:
                 return Claim("deleting")
-            if self._busy(row, holder, lease_seconds):
-                return Claim("busy", row.holder)
+            if busy := self._blocker(s, Kind.STAGING, row.id, holder):
+                return Claim("busy", busy.describe())
             other = s.scalars(select(ModelRow.name).where(
                 ModelRow.staging_uri == uri, ModelRow.staging_owned.is_(True), ModelRow.phase == DELETING,
                 ModelRow.id != row.id)).first()
             if other:
                 return Claim("wait", other)
-            self._lease(row, holder)
+            self._take(s, Kind.STAGING, row.id, holder, lease_seconds)
             row.staging_uri, row.staging_owned = uri, True
             row.phase, row.message = STAGING, f"staging {row.repo_id}@{(row.commit or '')[:12]} to {uri}"
             return Claim("claimed")
 
-    def heartbeat_staging(self, name: str, holder: Holder, message: str | None = None) -> bool:
-        """Renew the staging lease; False when the staging must stop (deleting, or taken over)."""
+    def staging_progressed(self, name: str, holder: Holder, message: str) -> bool:
+        """Record how far the staging got; False when it must stop (deleting, or taken over)."""
         with self._tx() as s:
             row = self._model(s, name)
-            if row.holder != holder.run or row.phase == DELETING:
+            if row.phase == DELETING or not self._holds(s, Kind.STAGING, row.id, holder):
                 return False
-            row.heartbeat_at = row.updated_at = utcnow()
-            if message is not None:
-                row.message = scrub_message(message)
+            row.message, row.updated_at = scrub_message(message), utcnow()
             return True
 
     def release_staging(self, name: str, holder: Holder) -> None:
         with self._tx() as s:
-            row = self._model(s, name)
-            if row.holder == holder.run:
-                row.holder = row.holder_host = row.holder_pid = row.holder_started = row.heartbeat_at = None
+            self._drop(s, Kind.STAGING, self._model(s, name).id, holder)
 
     def staging_in_use_elsewhere(self, name: str) -> str | None:
         """Another live model that records the same staged prefix (so it must be kept)."""
@@ -473,12 +469,18 @@ class Registry(ArtifactOps, RunOps):
                 row.deletion_time = row.updated_at = utcnow()
             return _view(row)
 
-    def record_cleanup_failure(self, name: str, message: str) -> Model:
+    def cleanup_failed(self, name: str, attempt: int, message: str, path_id: int | None = None,
+                       holder: Holder | None = None) -> None:
+        """A cleanup of the model failed: its `attempt`-th (idempotent: recorded again, it counts once). With a
+        path, the path keeps Cleaning with the message and `holder` releases its lease."""
         with self._tx() as s:
             row = self._model(s, name)
-            row.cleanup_attempts += 1
+            row.cleanup_attempts = max(row.cleanup_attempts, attempt)
             row.message, row.updated_at = scrub_message(message), utcnow()
-            return _view(row)
+            if path_id is not None and self._holds(s, Kind.PATH, path_id, holder):
+                p = self._path(row, path_id)
+                p.message, p.updated_at = row.message, row.updated_at
+                self._drop(s, Kind.PATH, path_id)
 
     def release_model(self, name: str) -> bool:
         """Remove a deleting model's row once no local path is left; False if some remain."""
@@ -488,6 +490,8 @@ class Registry(ArtifactOps, RunOps):
                 raise ConflictError(f"model {name!r} is {row.phase}, not Deleting: it cannot be released", "NotDeleting")
             if row.paths or (row.staging_owned and row.staging_uri):
                 return False
+            self._drop(s, Kind.RUN, row.id)
+            self._drop(s, Kind.STAGING, row.id)
             s.delete(row)
             return True
 
@@ -510,15 +514,15 @@ class Registry(ArtifactOps, RunOps):
             p = self._path(row, path_id)
             if row.phase == DELETING:
                 return Claim("deleting")
-            if self._busy(p, holder, lease_seconds):
-                return Claim("busy", p.holder)
+            if busy := self._blocker(s, Kind.PATH, p.id, holder):
+                return Claim("busy", busy.describe())
             decision, other = path_decision(self._owners(s, p.cluster, p.path, row))
             if decision != "free":
                 return Claim(decision, other)
             if nested := self._nested(s, p.cluster, p.path, row):
                 return Claim("nested", nested)
-            self._hold(p, holder, DOWNLOADING)
-            p.owned = True
+            self._take(s, Kind.PATH, p.id, holder, lease_seconds, "download")
+            p.status, p.owned, p.updated_at = DOWNLOADING, True, utcnow()
             return Claim("claimed")
 
     def claim_cleanup(self, name: str, path_id: int, holder: Holder, lease_seconds: float) -> bool:
@@ -526,35 +530,22 @@ class Registry(ArtifactOps, RunOps):
         with self._tx() as s:
             row = self._model(s, name)
             p = self._path(row, path_id)
-            if (row.phase != DELETING and not p.retired) or self._busy(p, holder, lease_seconds):
+            if (row.phase != DELETING and not p.retired) or \
+                    self._take(s, Kind.PATH, p.id, holder, lease_seconds, CLEANUP):
                 return False
-            self._hold(p, holder, CLEANING)
+            p.status, p.updated_at = CLEANING, utcnow()
             return True
 
-    @staticmethod
-    def _busy(p: LocalPathRow | ModelRow, holder: Holder, lease_seconds: float) -> bool:
-        fresh_after = utcnow() - timedelta(seconds=lease_seconds)
-        return bool(p.holder) and p.holder != holder.run and _utc(p.heartbeat_at) > fresh_after
-
-    @staticmethod
-    def _lease(row: LocalPathRow | ModelRow, holder: Holder) -> None:
-        row.holder, row.holder_host, row.holder_pid, row.holder_started = holder.run, holder.host, holder.pid, \
-            holder.started
-        row.heartbeat_at = row.updated_at = utcnow()
-
-    def _hold(self, p: LocalPathRow, holder: Holder, status: str) -> None:
-        self._lease(p, holder)
-        p.status = status
-
-    def heartbeat(self, name: str, path_id: int, holder: Holder, bytes_done: int | None = None,
-                  bytes_total: int | None = None, message: str | None = None) -> bool:
-        """Renew the lease and record progress; False when the work must stop (deleting, or taken over)."""
+    def path_progressed(self, name: str, path_id: int, holder: Holder, bytes_done: int | None = None,
+                        bytes_total: int | None = None, message: str | None = None) -> bool:
+        """Record a path's progress (the lease is renewed apart); False when the work must stop (the model is
+        being deleted, or another run took the path over)."""
         with self._tx() as s:
             row = self._model(s, name)
             p = self._path(row, path_id)
-            if p.holder != holder.run or (row.phase == DELETING and p.status != CLEANING):
-                return False  # not renewed: the lease lapses even if the worker ignores the answer
-            p.heartbeat_at = p.updated_at = utcnow()
+            if (row.phase == DELETING and p.status != CLEANING) or not self._holds(s, Kind.PATH, p.id, holder):
+                return False
+            p.updated_at = utcnow()
             if bytes_done is not None:
                 p.bytes_done = bytes_done
             if bytes_total is not None:
@@ -563,18 +554,32 @@ class Registry(ArtifactOps, RunOps):
                 p.message = scrub_message(message)
             return True
 
-    def finish_path(self, name: str, path_id: int, holder: Holder | None, status: str, message: str = "",
-                    size_bytes: int | None = None) -> None:
-        """Record the outcome of a path's work and release its lease (if `holder` still has it)."""
+    def path_downloaded(self, name: str, path_id: int, holder: Holder | None, size_bytes: int, message: str) -> None:
+        """The path is complete (Ready, `size_bytes`); its lease is released."""
+        self._finish(name, path_id, holder, READY, message, size_bytes)
+
+    def path_failed(self, name: str, path_id: int, holder: Holder | None, message: str) -> None:
+        """The path's work failed for good (Failed); its lease is released. `holder` None: refused before any
+        run held it."""
+        self._finish(name, path_id, holder, FAILED, message)
+
+    def path_stopped(self, name: str, path_id: int, holder: Holder, message: str) -> None:
+        """The path's work stopped before the end and is to be resumed (Pending); its lease is released."""
+        self._finish(name, path_id, holder, PENDING, message)
+
+    def _finish(self, name: str, path_id: int, holder: Holder | None, status: str, message: str,
+                size_bytes: int | None = None) -> None:
+        """Record the outcome of a path's work and release its lease, unless another run holds the path."""
         with self._tx() as s:
             row = self._model(s, name)
             p = self._path(row, path_id)
-            if holder is not None and p.holder not in (None, holder.run):
+            if (lease := self._lease_row(s, Kind.PATH, p.id)) is not None and holder is not None \
+                    and lease.holder != holder.run:
                 return
             p.status, p.message, p.updated_at = status, scrub_message(message), utcnow()
             if size_bytes is not None:
                 p.size_bytes = p.bytes_done = size_bytes
-            p.holder = p.holder_host = p.holder_pid = p.holder_started = p.heartbeat_at = None
+            self._drop(s, Kind.PATH, p.id)
 
     def fail_over(self, name: str, path_id: int, workspace: str, limit: int) -> bool:
         """Move a path whose job crashed to another workspace (same cluster and volume root, so the same
@@ -596,7 +601,7 @@ class Registry(ArtifactOps, RunOps):
         longer holds the path."""
         with self._tx() as s:
             p = self._path(self._model(s, name), path_id)
-            if p.holder != holder.run:
+            if not self._holds(s, Kind.PATH, p.id, holder):
                 return False
             p.made = made
             return True
@@ -618,15 +623,22 @@ class Registry(ArtifactOps, RunOps):
             if row.phase != DELETING and not self._path(row, path_id).retired:
                 raise ConflictError(f"model {name!r} is not being deleted; its paths stay", "NotDeleting")
             s.execute(delete(LocalPathRow).where(LocalPathRow.id == path_id, LocalPathRow.model_id == row.id))
+            self._drop(s, Kind.PATH, path_id)
 
 
 
 DISCONNECT_RETRIES = 3
 
 
+# Writes whose second run after a committed first one would answer differently (or count twice): never
+# retried, since a connection cut during COMMIT leaves unknown whether the first one landed.
+NOT_IDEMPOTENT = frozenset({"create_model", "update_model", "retry_model", "release_model", "fail_over",
+                            "delete_artifact"})
+
+
 def _retry_on_disconnect(method):
-    """Run a registry method again when its connection was cut (a database restart or failover, a killed
-    backend). Each method is one transaction, rolled back with the connection, so a retry never sees
+    """Run an idempotent registry method again when its connection was cut (a database restart or failover, a
+    killed backend). Each method is one transaction, rolled back with the connection, so a retry never sees
     half of it; the pool replaces the dead connection."""
 
     @functools.wraps(method)
@@ -643,5 +655,5 @@ def _retry_on_disconnect(method):
 
 
 for _name, _method in inspect.getmembers(Registry, inspect.isfunction):
-    if not _name.startswith("_"):
+    if not _name.startswith("_") and _name not in NOT_IDEMPOTENT:
         setattr(Registry, _name, _retry_on_disconnect(_method))

@@ -1,0 +1,103 @@
+"""The config file and its environment overrides: every wrong key, type or value is one line naming it and
+where it came from."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from weightkeeper.config import load_settings
+from weightkeeper.errors import ConfigError
+
+pytestmark = pytest.mark.without_prefect_server
+
+
+@pytest.fixture
+def config(tmp_path, monkeypatch):
+    for key in [k for k in os.environ if k.startswith("WEIGHTKEEPER_") or k == "HF_ENDPOINT"]:
+        monkeypatch.delenv(key)
+    return tmp_path / "config.toml"
+
+
+def refused(config, text: str) -> str:
+    config.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_settings(config)
+    message = str(e.value)
+    assert "\n" not in message and message.startswith(f"{config}: ")
+    return message.removeprefix(f"{config}: ")
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ('cleanup_retry_seconds = "soon"', "cleanup_retry_seconds must be a number, got 'soon'"),
+    ("stop_timeout_seconds = true", "stop_timeout_seconds must be a number, got True"),
+    ('lease_seconds = "60"', "lease_seconds must be an integer, got '60'"),
+    ("verify_workers = 2.5", "verify_workers must be an integer, got 2.5"),
+    ('[s3]\nbucket = "ok-bucket"\nenabled = "yes"', "[s3] enabled must be true or false, got 'yes'"),
+    ('[[workspaces]]\nname = "w"\nvolume = "/mnt/w"\npublic = 1', "workspace 'w' public must be true or false, got 1"),
+    ('registry_url = ["sqlite:///a.db"]', "registry_url must be a string, got ['sqlite:///a.db']"),
+    ('[[workspaces]]\nname = "w"\nvolume = ["/mnt/w"]', "workspace 'w' volume must be a string, got ['/mnt/w']"),
+    ('hub_redirect_hosts = "cdn.example.com"', "hub_redirect_hosts must be a list, got 'cdn.example.com'"),
+    ('[[users]]\nname = "u"\nuid = 1\ntoken_env = "T"\ntoken_blocks = [1]',
+     "user 'u' token_blocks[0] must be a string, got 1"),
+    ("s3 = 5", "[s3] must be a table, got 5"),
+    ('[[workspaces]]\nname = "w"\nvolume = "/w"\n[workspaces.kubernetes]\nnamespace = "a"\nimage = 1\n'
+     'volume_claim = "v"', "workspace 'w' kubernetes image must be a string, got 1"),
+])
+def test_a_wrong_type_is_one_line_naming_the_key_and_the_file(config, text, error):
+    assert refused(config, text) == error
+
+
+def test_unknown_keys_are_refused_together(config):
+    assert refused(config, "lease_second = 5\nverify_worker = 2") == "unknown keys ['lease_second', 'verify_worker']"
+    assert refused(config, '[[workspaces]]\nname = "w"\nvolume = "/w"\nowners = "x"') == \
+        "workspace 'w': unknown keys ['owners']"
+    assert refused(config, '[[users]]\nname = "u"\nuid = 1\ntoken_env = "T"\nrole = "x"') == \
+        "user 'u': unknown keys ['role']"
+    assert refused(config, "_cli_parse_args = true") == "unknown keys ['_cli_parse_args']"  # never BaseSettings' own
+
+
+def test_the_environment_overrides_scalar_settings(config, monkeypatch):
+    config.write_text(f'home = "{config.parent}"\nlease_seconds = 7\nhf_endpoint = "http://file"\n'
+                      f'[[workspaces]]\nname = "w"\nvolume = "/w"\n')
+    settings = load_settings(config)
+    assert (settings.lease_seconds, settings.hf_endpoint, settings.config_path) == (7, "http://file", config)
+    assert settings.registry_url == f"sqlite:///{config.parent}/registry.db"
+    monkeypatch.setenv("WEIGHTKEEPER_LEASE_SECONDS", "5")
+    monkeypatch.setenv("WEIGHTKEEPER_STOP_TIMEOUT_SECONDS", "2.5")
+    monkeypatch.setenv("WEIGHTKEEPER_MAX_CONCURRENT_DOWNLOADS", "-1")
+    monkeypatch.setenv("WEIGHTKEEPER_REGISTRY_URL", "postgresql+psycopg://wk@db/wk")
+    monkeypatch.setenv("WEIGHTKEEPER_WORKSPACES", "[]")  # tables and lists come from the file only
+    monkeypatch.setenv("WEIGHTKEEPER_TOKEN_ENV", "HF_TOKEN")  # not a setting: ignored
+    monkeypatch.setenv("HF_ENDPOINT", "http://env")  # the file's hf_endpoint wins over HF_ENDPOINT
+    settings = load_settings(config)
+    assert (settings.lease_seconds, settings.stop_timeout_seconds, settings.downloads_limited) == (5, 2.5, False)
+    assert settings.registry_url == "postgresql+psycopg://wk@db/wk" and settings.hf_endpoint == "http://file"
+    assert [w.name for w in settings.workspaces] == ["w"]
+    config.write_text("")
+    assert load_settings(config).hf_endpoint == "http://env"
+    monkeypatch.setenv("WEIGHTKEEPER_LEASE_SECONDS", "soon")
+    with pytest.raises(ConfigError, match=r"^\$WEIGHTKEEPER_LEASE_SECONDS: lease_seconds must be an integer, got "
+                                          r"'soon'$"):
+        load_settings(config)
+
+
+def test_settings_are_frozen_and_hashable(config):
+    config.write_text('[[workspaces]]\nname = "w"\nvolume = "/w"\n[[users]]\nname = "u"\nuid = 1\ntoken_env = "T"\n')
+    settings = load_settings(config)
+    assert hash(settings) == hash(load_settings(config)) and settings == load_settings(config)
+    with pytest.raises(Exception):
+        settings.lease_seconds = 1
+    with pytest.raises(Exception):
+        settings.workspaces[0].volume = "/elsewhere"
+
+
+def test_the_cli_answers_a_wrong_type_with_one_line_and_exit_2(config):
+    config.write_text('cleanup_retry_seconds = "soon"\n')
+    proc = subprocess.run([sys.executable, "-m", "weightkeeper.cli", "--config", str(config), "model", "list"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == f"error: {config}: cleanup_retry_seconds must be a number, got 'soon'"

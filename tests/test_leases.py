@@ -1,0 +1,138 @@
+"""The one lease: the takeover rule (pure, exhaustively), the one renewer, and takeover as a user meets it."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+
+from conftest import tiny_files
+from test_cli import cli
+from test_lifecycle import wait_until
+
+from weightkeeper.lease import RENEWER, renewed
+from weightkeeper.registry import Holder, open_registry
+from weightkeeper.registry.common import process_start_time, utcnow
+from weightkeeper.registry.leases import Kind, Lease, abandoned, takeable
+
+NOW = utcnow()
+HERE = "this-host"
+
+
+def lease(run: str, host: str, pid: int, started: float, lapses_in: float) -> Lease:
+    return Lease("path", 1, Holder(run, host, pid, started), "download", NOW - timedelta(seconds=5),
+                 NOW + timedelta(seconds=lapses_in))
+
+
+def test_takeover_rule_over_every_combination():
+    """Free, own, lapsed, or a process of this host that is gone: taken. A reservation (no process) only
+    lapses; another host's live-looking holder is trusted until its lease lapses."""
+    me = Holder("me", HERE, 10, 1.0)
+    assert takeable(None, me, NOW, HERE)
+    for own, host, pid, started, lapsed, alive in itertools.product(
+            (True, False), (HERE, "other-host"), (0, 42), (0.0, 7.0), (True, False), (True, False)):
+        held = lease("me" if own else "them", host, pid, started, -1 if lapsed else 30)
+        gone = host == HERE and pid > 0 and started > 0 and not alive
+        expected = own or lapsed or gone
+        assert takeable(held, me, NOW, HERE, alive=lambda h: alive) is expected, (own, host, pid, started, lapsed,
+                                                                                  alive)
+        assert abandoned(held, NOW, HERE, alive=lambda h: alive) is (lapsed or gone)
+
+
+def test_describe_says_who_since_when_and_when_it_lapses():
+    text = lease("run-7", "gpu-3", 4242, 1.0, 42).describe(NOW)
+    assert text.startswith("run run-7 on host gpu-3 (pid 4242) since ") and text.endswith("lapses in 42 s")
+
+
+def test_a_dead_process_of_this_host_is_taken_over_at_once_and_a_reused_pid_is_not_alive(tmp_path):
+    registry = open_registry(f"sqlite:///{tmp_path / 'r.db'}")
+    from test_registry import plan, spec
+
+    path_id = registry.create_model(spec("m"), plan("/v/models/o--n")).local_paths[0].id
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    gone = Holder("gone", socket.gethostname(), dead.pid, 123.0)
+    assert registry.claim_download("m", path_id, gone, 600).ok
+    assert registry.claim_download("m", path_id, Holder.here("next"), 600).ok  # at once, not after 600 s
+    me = Holder.here("me")  # this very process under another start time is a reused pid: gone
+    assert takeable(lease("x", me.host, me.pid, me.started + 1, 30), Holder.here("y"), NOW, me.host)
+    assert not takeable(lease("x", me.host, me.pid, process_start_time(me.pid), 30), Holder.here("y"), NOW,
+                        me.host)
+
+
+def test_one_renewer_thread_renews_every_lease_and_reports_lost_and_stopped(tmp_path):
+    registry = open_registry(f"sqlite:///{tmp_path / 'r.db'}")
+    from test_registry import plan, spec
+
+    paths = [p.id for p in registry.create_model(spec("m"), plan(*[f"/v/models/m{i}" for i in range(6)])).local_paths]
+    mine = Holder.here("mine")
+    for path_id in paths:
+        assert registry.claim_download("m", path_id, mine, 0.6).ok
+    before = {t.name for t in threading.enumerate()}
+    with contextlib.ExitStack() as stack:
+        held = [stack.enter_context(renewed(registry, Kind.PATH, p, mine, 0.6)) for p in paths]
+        renewers = [t for t in threading.enumerate() if t.name == "weightkeeper-lease-renewer"]
+        assert len(renewers) == 1, renewers  # one thread, whatever the number of leases
+        time.sleep(1.5)  # past the 0.6 s lease: only renewals keep it
+        assert registry.claim_download("m", paths[0], Holder("other", "elsewhere", 1, 1.0), 60).outcome == "busy"
+        registry.release_lease(Kind.PATH, paths[1], mine)
+        registry.claim_download("m", paths[1], Holder("thief", "elsewhere", 1, 1.0), 60)
+        registry.mark_deleting("m")
+        wait_until(lambda: held[1].lost.is_set() and held[0].stop.is_set(), timeout=5, what="the renewer to notice")
+        assert not held[0].lost.is_set() and held[0].stopped and held[1].stopped
+    assert not RENEWER._held
+    assert {t.name for t in threading.enumerate()} - before <= {"weightkeeper-lease-renewer"}
+
+
+def test_a_live_holder_on_another_host_is_waited_for_with_a_line_then_taken_over(wk, hub):
+    """`model ensure --wait` while another host's run holds the model: it waits, saying who holds the lease,
+    since when and when it lapses, and takes over once it lapsed."""
+    hub.add_repo("acme/elsewhere", tiny_files("elsewhere"))
+    wk.declare("elsewhere", "hf://acme/elsewhere", workspaces=["team-a"])
+    registry = wk.registry
+    assert registry.claim_run("elsewhere", "ensure-model", Holder("run-on-gpu-9", "gpu-9", 4242, 99.0), 15) is None
+    started = time.monotonic()
+    out = cli(wk, "model", "ensure", "elsewhere", "--wait")
+    assert time.monotonic() - started >= 14  # it waited for the lease to lapse
+    text = out.stdout + out.stderr
+    assert "waiting for ensure-model run run-on-gpu-9 on host gpu-9 (pid 4242) since" in text, text
+    assert "lapses in" in text and registry.get_model("elsewhere").phase == "Ready"
+    assert registry.run_leases() == {}
+
+
+def test_create_wait_killed_mid_download_then_ensure_wait_takes_over_at_once(wk, hub):
+    """SIGKILL a `model create --wait`; `model ensure --wait` right after takes the model over at once (the
+    holder was this host's process, now gone), resumes the partial files, and shows the dead run Crashed."""
+    files = tiny_files("takeover", shards=2, shard_size=8 << 20)
+    hub.add_repo("acme/takeover", files)
+    hub.set_throttle(2 << 20, repo_id="acme/takeover")
+    wk.rewrite(hf_endpoint=hub.url, lease_seconds=600)  # waiting out the lease would take ten minutes: only takeover is fast
+    env = dict(os.environ, WEIGHTKEEPER_CONFIG=str(wk.config))
+    log = open(wk.root / "create.log", "wb")
+    create = subprocess.Popen([sys.executable, "-m", "weightkeeper.cli", "model", "create", "takeover", "--source",
+                               "hf://acme/takeover", "--workspace", "team-a", "--wait"], env=env,
+                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_until(lambda: (m := wk.registry.find_model("takeover")) and m.local_paths[0].bytes_done > 4 << 20,
+                   timeout=120, what=f"the first run to fetch 4 MiB ({wk.root / 'create.log'})")
+    finally:
+        log.close()
+        os.killpg(create.pid, signal.SIGKILL)
+        create.wait()
+        hub.set_throttle(None, repo_id="acme/takeover")
+    dead_run = wk.registry.run_leases()["takeover"].lease.holder.run
+    started = time.monotonic()
+    out = cli(wk, "model", "ensure", "takeover", "--wait")
+    assert time.monotonic() - started < 60 and "Ready" in out.stdout
+    assert "whose process is gone" in out.stdout + out.stderr
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        assert client.read_flow_run(dead_run).state.name == "Crashed"

@@ -1,0 +1,87 @@
+"""`download_slot`: what its callers rely on besides the cap (tests/test_lifecycle.py) and the leases
+(tests/test_server_restart.py)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from weightkeeper.errors import DownloadError
+
+
+def in_use() -> tuple[int, int]:
+    from weightkeeper.runtime import slots_in_use
+
+    return slots_in_use()
+
+
+def test_a_missing_limit_fails_the_download_for_good_and_unlimited_downloads_need_none(wk):
+    from prefect.client.orchestration import get_client
+
+    from weightkeeper.config import DOWNLOAD_LIMIT_NAME
+    from weightkeeper.runtime import download_slot, ensure_download_limit
+
+    ensure_download_limit(wk.settings)
+    with get_client(sync_client=True) as client:
+        client.delete_global_concurrency_limit_by_name(DOWNLOAD_LIMIT_NAME)
+    try:
+        with pytest.raises(DownloadError, match="download limit 'weightkeeper-downloads' does not exist.*"
+                                                "`weightkeeper serve` or any ensure-model run creates it") as e:
+            with download_slot(wk.settings, lambda *_: None):
+                pytest.fail("the body ran without a slot")
+        assert e.value.permanent
+        wk.rewrite(max_concurrent_downloads=-1)
+        ran = []
+        with download_slot(wk.settings, lambda *_: None):  # unlimited: no slot, so no limit needed
+            ran.append(True)
+        assert ran
+    finally:
+        wk.rewrite()
+        ensure_download_limit(wk.settings)
+
+
+def test_while_every_slot_is_taken_on_wait_is_called_and_can_stop_the_wait(wk):
+    from weightkeeper.runtime import download_slot, ensure_download_limit
+
+    wk.rewrite(max_concurrent_downloads=1)
+    ensure_download_limit(wk.settings)
+    taken, free = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with download_slot(wk.settings, lambda *_: None):
+            taken.set()
+            free.wait(60)
+
+    holder = threading.Thread(target=other)
+    holder.start()
+    try:
+        assert taken.wait(60)
+        calls: list[tuple[int, int]] = []
+
+        class Stop(Exception):
+            pass
+
+        def stop_on_second(in_use_: int, limit: int) -> None:
+            calls.append((in_use_, limit))
+            if len(calls) == 2:
+                raise Stop
+
+        with pytest.raises(Stop):
+            with download_slot(wk.settings, stop_on_second):
+                pytest.fail("took a slot beyond the limit")
+        assert calls == [(1, 1), (1, 1)] and in_use() == (1, 1)  # the stopped wait took no slot
+
+        def free_on_first(in_use_: int, limit: int) -> None:
+            calls.append((in_use_, limit))
+            free.set()
+
+        calls.clear()
+        with download_slot(wk.settings, free_on_first):
+            assert in_use() == (1, 1)
+        assert calls and set(calls) == {(1, 1)} and in_use() == (0, 1)
+    finally:
+        free.set()
+        holder.join(60)
+        wk.rewrite()
+        ensure_download_limit(wk.settings)
