@@ -61,7 +61,7 @@ def percentile(values: list[float], p: float) -> float:
 def bench(label: str, registry_url: str, count: int, requests: int) -> None:
     from fastapi.testclient import TestClient
 
-    from flows.reconcile import reconcile
+    from weightkeeper.flows.reconcile import reconcile
     from weightkeeper.api import create_app
     from weightkeeper.config import load_settings
     from weightkeeper.prefectserver import prefect_api

@@ -56,7 +56,7 @@ def main() -> None:
         write_config(root, hub.url, {"bench": root / "volume"})
         subprocess.run(["cat", *(str(p) for p in (root / "hub" / "blobs").iterdir())], stdout=subprocess.DEVNULL)
 
-        from flows.ensure_model import ensure_model
+        from weightkeeper.flows.ensure_model import ensure_model
         from weightkeeper.config import load_settings
         from weightkeeper.hub import fetch_snapshot, resolve_snapshot
         from weightkeeper.layout import HfSource

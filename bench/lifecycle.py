@@ -27,8 +27,8 @@ def main() -> None:
         prepare_environment(root)
         hub, declare = tiny_pipeline(root)
 
-        from flows.delete_model import delete_model
-        from flows.ensure_model import ensure_model
+        from weightkeeper.flows.delete_model import delete_model
+        from weightkeeper.flows.ensure_model import ensure_model
         from weightkeeper.runs import run_here
 
         counter = iter(range(10 ** 6))

@@ -116,8 +116,8 @@ def child(kind: str, root: Path, models: int) -> None:
         codes, burst_seconds = burst(api)
         retried_seconds = burst_through_prefects_client()
         hub, declare = tiny_pipeline(root)
-        from flows.delete_model import delete_model
-        from flows.ensure_model import ensure_model
+        from weightkeeper.flows.delete_model import delete_model
+        from weightkeeper.flows.ensure_model import ensure_model
         from weightkeeper.runs import run_here
 
         def create(name: str) -> None:

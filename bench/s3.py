@@ -125,7 +125,7 @@ def main() -> None:
 
 def configure_pipeline(root: Path, hub_url: str, endpoint: str):
     """A config with two workspaces and S3 enabled; returns `create(name, source)`: declare, then ensure."""
-    from flows.ensure_model import ensure_model
+    from weightkeeper.flows.ensure_model import ensure_model
     from weightkeeper.config import load_settings
     from weightkeeper.runs import run_here
     from weightkeeper.service import declare_model, registry_for

@@ -122,10 +122,10 @@ class Run(NamedTuple):
 def start_worker(ready: multiprocessing.synchronize.Barrier) -> None:
     """A worker process: the flow imported, slots and the client's 503 retries counted; waits for the others."""
     global SLOTS, RETRIES
-    import tasks.download
-    from flows.ensure_model import ensure_model  # noqa: F401 - imported before the clock starts
+    import weightkeeper.tasks.download
+    from weightkeeper.flows.ensure_model import ensure_model  # noqa: F401 - imported before the clock starts
 
-    SLOTS = tasks.download.download_slot = Slots(tasks.download.download_slot)
+    SLOTS = weightkeeper.tasks.download.download_slot = Slots(weightkeeper.tasks.download.download_slot)
     RETRIES = Retries()
     logging.getLogger("prefect.client").setLevel(logging.DEBUG)
     logging.getLogger("prefect.client").addFilter(RETRIES)
@@ -137,7 +137,7 @@ def run_model(name: str, run_id: UUID) -> Run:
     from prefect import get_client
     from prefect.flow_engine import run_flow
 
-    from flows.ensure_model import ensure_model
+    from weightkeeper.flows.ensure_model import ensure_model
 
     slots, retries, cpu, started = len(SLOTS.held), RETRIES.count, time.process_time(), time.perf_counter()
     try:
@@ -204,7 +204,7 @@ def main() -> int:
 
         from prefect import get_client
 
-        from flows.ensure_model import ensure_model
+        from weightkeeper.flows.ensure_model import ensure_model
         from weightkeeper.config import load_settings
         from weightkeeper.service import declare_model, registry_for
 

@@ -33,7 +33,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="wk-bench-sharing-") as tmp:
         root = Path(tmp)
         prepare_environment(root)
-        from flows.ensure_model import ensure_model
+        from weightkeeper.flows.ensure_model import ensure_model
         from weightkeeper.config import load_settings
         from weightkeeper.hubserver import HubServer
         from weightkeeper.runs import run_here

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 
-from flows.jobs import deployed, run_path_jobs
-from flows.paths import CLEANUP_RETRIES, cleanup_delays
-from tasks.cleanup import collect_shared_copy, release_model, remove_staged_snapshot, stop_downloads
-from tasks.report import publish_paths
+from weightkeeper.flows.jobs import deployed, run_path_jobs
+from weightkeeper.flows.paths import CLEANUP_RETRIES, cleanup_delays
+from weightkeeper.tasks.cleanup import collect_shared_copy, release_model, remove_staged_snapshot, stop_downloads
+from weightkeeper.tasks.report import publish_paths
 from weightkeeper.config import CLEAN_FLOW, DELETE_FLOW
 from weightkeeper.errors import CleanupError
 from weightkeeper.runs import holds_run_lease

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 
-from flows.jobs import deployed, download_paths
-from tasks.cleanup import clean_path
-from tasks.report import finish_model, publish_paths
-from tasks.snapshot import resolve_revision
-from tasks.stage import stage_to_s3
+from weightkeeper.flows.jobs import deployed, download_paths
+from weightkeeper.tasks.cleanup import clean_path
+from weightkeeper.tasks.report import finish_model, publish_paths
+from weightkeeper.tasks.snapshot import resolve_revision
+from weightkeeper.tasks.stage import stage_to_s3
 from weightkeeper.config import ENSURE_FLOW
 from weightkeeper.layout import HfSource, parse_source
 from weightkeeper.registry.common import DELETING, FAILED

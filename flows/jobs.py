@@ -18,7 +18,7 @@ from prefect.deployments import run_deployment
 from prefect.runtime import flow_run
 from prefect.states import Cancelled, Cancelling, State
 
-from flows.paths import PATH_FLOWS, run_budget
+from weightkeeper.flows.paths import PATH_FLOWS, run_budget
 from weightkeeper.config import DOWNLOAD_FLOW, Settings, deployment_name, job_run_name
 from weightkeeper.errors import InvalidInputError
 from weightkeeper.kube import job_variables
@@ -65,7 +65,7 @@ def child_alive(path: LocalPath, run_id: uuid.UUID) -> bool:
     for `lease_seconds`: its worker died) or its holder was a process of this host that is gone. A path the
     child does not hold (not claimed yet, done, or waiting for another holder) says nothing: True."""
     lease = path.lease
-    mine = lease is not None and lease.holder.run == f"{run_id}/{path.id}"  # tasks.download.path_holder
+    mine = lease is not None and lease.holder.run == f"{run_id}/{path.id}"  # weightkeeper.tasks.download.path_holder
     return not (mine and abandoned(lease, utcnow(), socket.gethostname()))
 
 

@@ -1,13 +1,13 @@
 """The per-path flows: one path's download or cleanup, run as a subflow here or as a deployment run in
-the work pool of the path's workspace (`flows.jobs` chooses per call)."""
+the work pool of the path's workspace (`weightkeeper.flows.jobs` chooses per call)."""
 
 from __future__ import annotations
 
 from prefect import flow
 
-from tasks.cleanup import clean_path
-from tasks.download import download_snapshot, record_size
-from tasks.snapshot import resolve_revision
+from weightkeeper.tasks.cleanup import clean_path
+from weightkeeper.tasks.download import download_snapshot, record_size
+from weightkeeper.tasks.snapshot import resolve_revision
 from weightkeeper.config import CLEAN_FLOW, DOWNLOAD_FLOW, Settings
 from weightkeeper.runtime import runtime
 

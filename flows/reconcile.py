@@ -9,9 +9,9 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
-from flows.jobs import deployed
-from tasks.cleanup import collect_shared_copy
-from tasks.verify import verify_model_path, verify_shared_copy
+from weightkeeper.flows.jobs import deployed
+from weightkeeper.tasks.cleanup import collect_shared_copy
+from weightkeeper.tasks.verify import verify_model_path, verify_shared_copy
 from weightkeeper.config import DELETE_FLOW, RECONCILE_FLOW, Settings
 from weightkeeper.desired import IN_PROGRESS, needed_run, orphans
 from weightkeeper.errors import NotFoundError
@@ -47,8 +47,8 @@ def start_run(flow_name: str, name: str) -> str:
 
 
 def _run_here(flow_name: str, name: str) -> str:
-    from flows.delete_model import delete_model
-    from flows.ensure_model import ensure_model
+    from weightkeeper.flows.delete_model import delete_model
+    from weightkeeper.flows.ensure_model import ensure_model
 
     state = (delete_model if flow_name == DELETE_FLOW else ensure_model)(name, return_state=True)
     return state.result() if state.is_completed() else f"{state.name}: {state.message}"

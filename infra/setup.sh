@@ -12,7 +12,7 @@ fi
 stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -e "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[test,bench]"
+  .venv/bin/python -m pip install -q -e ".[api,postgres,kubernetes,test,bench]"
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

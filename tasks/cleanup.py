@@ -13,8 +13,8 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
 from prefect.states import Cancelled, Cancelling
 
-from tasks.download import path_holder
-from tasks.stage import SCRATCH
+from weightkeeper.tasks.download import path_holder
+from weightkeeper.tasks.stage import SCRATCH
 from weightkeeper.errors import CleanupError, DownloadError, LinkInTheWayError, NotOursError, UnsafePathError
 from weightkeeper.events import emit_phase
 from weightkeeper.anchored import open_path, remove_under

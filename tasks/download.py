@@ -15,7 +15,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.runtime import flow_run, task_run
 from prefect.states import Cancelled
 
-from tasks.snapshot import retry_transient
+from weightkeeper.tasks.snapshot import retry_transient
 from weightkeeper.config import Settings
 from weightkeeper.download import Snapshot, in_place
 from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError, UnsafePathError

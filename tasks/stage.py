@@ -12,7 +12,7 @@ from prefect import get_run_logger, task
 from prefect.runtime import flow_run, task_run
 from prefect.states import Cancelled
 
-from tasks.snapshot import retry_transient
+from weightkeeper.tasks.snapshot import retry_transient
 from weightkeeper.anchored import open_under, remove_under
 from weightkeeper.sharing import discard
 from weightkeeper.download import RemoteFile, Snapshot, fetch_file

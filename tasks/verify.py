@@ -9,7 +9,7 @@ from datetime import timedelta
 from prefect import get_run_logger, task
 from prefect.runtime import flow_run
 
-from tasks.report import model_phase
+from weightkeeper.tasks.report import model_phase
 from weightkeeper.config import Settings
 from weightkeeper.download import RemoteFile, Snapshot
 from weightkeeper.anchored import Dir, open_parent, open_path

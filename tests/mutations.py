@@ -59,8 +59,8 @@ MUTATIONS = {
                               "tests/test_lifecycle.py::test_files_the_model_never_put_down_are_untouched"),
     "release-early": ("weightkeeper/registry/store.py", "            if row.paths or (row.staging_owned and row.staging_uri):",
                       "            if row.staging_owned and row.staging_uri:", "tests/test_registry.py tests/test_lifecycle.py::test_cleanup_failure_keeps_model_and_retry_releases_it"),
-    "cleanup-failure-releases": ("tasks/cleanup.py", "model.cleanup_attempts, e)\n        raise\n",
-                                 "model.cleanup_attempts, e)\n        registry.remove_path(name, path_id)\n"
+    "cleanup-failure-releases": ("tasks/cleanup.py", "name, attempt, e)\n        raise\n",
+                                 "name, attempt, e)\n        registry.remove_path(name, path_id)\n"
                                  "        return 'gave up'\n",
                                  "tests/test_lifecycle.py::test_cleanup_failure_keeps_model_and_retry_releases_it"),
     "stop-before-cleanup": ("weightkeeper/registry/store.py",
@@ -125,9 +125,9 @@ MUTATIONS = {
                            "    logger.info(\"%s: %d of %d files to fetch into %s\"",
                            "tests/test_lifecycle.py::test_gated_repo_needs_the_token_block_and_never_leaks_it"),
     "artifact-exclusion": ("tasks/download.py",
-                           ("            if registry.claim_artifact(artifact.id, copy_holder, settings.lease_seconds):",
+                           ("            if (blocker := registry.claim_artifact(artifact.id, copy_holder, settings.lease_seconds)) is None:",
                             "        with file_lock(path, volumes, on_wait"),
-                           ("            if True:", "        with (lambda *a, **kw: contextlib.nullcontext())(path, volumes, on_wait"),
+                           ("            if (blocker := None) is None:", "        with (lambda *a, **kw: contextlib.nullcontext())(path, volumes, on_wait"),
                            "tests/test_sharing.py::test_concurrent_creators_download_exactly_once"),
     "gc-link-scan": ("weightkeeper/sharing.py", "                if resolved and (resolved == artifact or resolved.startswith(artifact + \"/\")):",
                      "                if False:", "tests/test_sharing.py::test_a_link_planted_by_hand_keeps_the_copy_until_it_is_gone"),
@@ -368,6 +368,14 @@ MUTATIONS = {
         "    holder = lease.holder if lease and abandoned(lease, utcnow(), socket.gethostname()) else NOBODY",
         "    holder = lease.holder if lease else NOBODY",
         "tests/test_paths_flow.py::test_a_failure_is_recorded_only_on_a_path_nobody_works_on"),
+    "stop-waits-for-dead-holders": (
+        "tasks/cleanup.py", "    return [w for w in work if not abandoned(w.lease, now, here) or _alive_here(w.lease.holder)]",
+        "    return [w for w in work if w.lease.expires_at > now or _alive_here(w.lease.holder)]",
+        "tests/test_leases.py::test_delete_wait_right_after_a_killed_create_releases_without_waiting_out_the_lease"),
+    "cli-does-not-wait-for-the-lease": (
+        "weightkeeper/runs.py", "        if isinstance(blocker, str) or not WAIT_FOR_LEASE.get():",
+        "        if True:",
+        "tests/test_leases.py::test_a_live_holder_on_another_host_is_waited_for_with_a_line_then_taken_over"),
 }
 
 
@@ -415,9 +423,9 @@ def named_failures(report: Path, tests: list[str]) -> list[str]:
 
 
 def _why(proc: subprocess.CompletedProcess, tree: Path) -> str:
-    """pytest's own word on a run in `tree`: its first ERROR line, else its last line (paths relative)."""
-    lines = (proc.stdout + "\n" + proc.stderr).replace(f"{tree}/", "").strip().splitlines() or ["?"]
-    return next((line for line in lines if line.startswith("ERROR")), lines[-1])
+    """pytest's own word on a run in `tree`: its first error line (not a captured log line), else its summary."""
+    out, err = (text.replace(f"{tree}/", "").strip().splitlines() for text in (proc.stdout, proc.stderr))
+    return next((line for line in out + err if re.match(r"ERROR(:| \S+\.py)", line)), (out or err or ["?"])[-1])
 
 
 def run(name: str, entry: tuple, root: Path = ROOT) -> tuple[str, str]:

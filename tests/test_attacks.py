@@ -23,11 +23,11 @@ from typing import Self
 
 import pytest
 from conftest import tiny_files
-from test_lifecycle import fetched_files
+from test_lifecycle import fetched_files, wait_until
 
-from flows.delete_model import delete_model
-from flows.ensure_model import ensure_model
-from flows.reconcile import reconcile
+from weightkeeper.flows.delete_model import delete_model
+from weightkeeper.flows.ensure_model import ensure_model
+from weightkeeper.flows.reconcile import reconcile
 from weightkeeper import download
 from weightkeeper.anchored import Dir
 from weightkeeper.download import PARTIAL_DIR
@@ -308,25 +308,25 @@ def test_a_download_raced_by_a_swapping_parent_never_writes_outside(wk, hub, tmp
 def test_a_parent_swapped_just_before_the_size_is_measured_fails_the_model(wk, hub, tmp_path, monkeypatch):
     """The one walk after the download (measuring the path) meets the link: the path is Failed with a message,
     never left Downloading behind its lease."""
-    import tasks.download
+    import weightkeeper.tasks.download
 
     hub.add_repo("acme/measured", tiny_files("measured"))
     wk.declare("measured", "hf://acme/measured", workspaces=["team-a"], subpath="alice")
     models = wk.volumes["team-a"] / "alice" / "models"
     outside = outside_dir(tmp_path, {"acme--measured/config.json": b"{}"})
-    measure = tasks.download.path_size
+    measure = weightkeeper.tasks.download.path_size
 
     def swap_then_measure(path, volumes):
         os.rename(models, models.with_name("models.away"))
         models.symlink_to(outside)
         return measure(path, volumes)
 
-    monkeypatch.setattr(tasks.download, "path_size", swap_then_measure)
+    monkeypatch.setattr(weightkeeper.tasks.download, "path_size", swap_then_measure)
     assert ensure_model("measured") == "Failed"
     model = wk.registry.get_model("measured")
     assert "cannot measure" in model.message and "symlink" in model.message
     assert model.local_paths[0].status == "Failed" and model.local_paths[0].lease is None
-    monkeypatch.setattr(tasks.download, "path_size", measure)
+    monkeypatch.setattr(weightkeeper.tasks.download, "path_size", measure)
     models.unlink()
     os.rename(models.with_name("models.away"), models)
     assert ensure_model("measured") == "Ready"
@@ -367,10 +367,15 @@ def test_a_delete_that_meets_a_swapped_link_retries_and_releases_once_it_is_gone
     models.rename(moved)
     models.symlink_to(outside, target_is_directory=True)
 
-    def restore() -> None:
-        time.sleep(1.5)
-        models.unlink()
-        moved.rename(models)
+    refused = []
+
+    def restore() -> None:  # once the delete has met the link and been refused, not after a fixed while
+        try:
+            refused.append(wait_until(lambda: wk.registry.get_model("link-wait").cleanup_attempts >= 1,
+                                      what="the delete to meet the link"))
+        finally:
+            models.unlink()
+            moved.rename(models)
 
     restorer = threading.Thread(target=restore)
     restorer.start()
@@ -378,6 +383,7 @@ def test_a_delete_that_meets_a_swapped_link_retries_and_releases_once_it_is_gone
         assert delete_model("link-wait") == "Released"
     finally:
         restorer.join()
+    assert refused  # refused while the link was there, retried and released once it was gone
     assert (outside / "acme--link-wait" / "config.json").read_bytes() == b"precious"
     assert not os.path.lexists(models / "acme--link-wait")
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from conftest import expected_size, start_session_server, stop_session_server, tiny_files
 
-from flows.delete_model import delete_model
-from flows.ensure_model import ensure_model
-from tasks.download import download_snapshot
+from weightkeeper.flows.delete_model import delete_model
+from weightkeeper.flows.ensure_model import ensure_model
+from weightkeeper.tasks.download import download_snapshot
 from test_lifecycle import fetched_files, in_thread, wait_until
 from weightkeeper.download import PARTIAL_DIR
 

@@ -14,9 +14,9 @@ import pytest
 from conftest import tiny_files
 from test_lifecycle import in_thread, wait_until
 
-from flows.delete_model import delete_model
-from flows.ensure_model import ensure_model
-from tasks.download import download_snapshot
+from weightkeeper.flows.delete_model import delete_model
+from weightkeeper.flows.ensure_model import ensure_model
+from weightkeeper.tasks.download import download_snapshot
 from weightkeeper.anchored import Dir
 from weightkeeper.config import S3Settings, load_settings
 from weightkeeper.download import RemoteFile, Snapshot, fetch_files

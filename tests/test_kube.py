@@ -262,8 +262,8 @@ def test_delete_waits_until_no_pod_of_a_download_run_remains(wk, hub, tmp_path):
 
     from conftest import tiny_files
     from fakekube import FakeKubernetes
-    from flows.delete_model import delete_model
-    from flows.ensure_model import ensure_model
+    from weightkeeper.flows.delete_model import delete_model
+    from weightkeeper.flows.ensure_model import ensure_model
     from test_lifecycle import in_thread, wait_until
 
     cluster = FakeKubernetes()
@@ -337,7 +337,7 @@ def test_a_kubernetes_workspace_run_carries_the_owner_the_volume_and_the_token_s
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
     from prefect.states import Cancelled
 
-    from flows.jobs import run_path_jobs
+    from weightkeeper.flows.jobs import run_path_jobs
     from test_lifecycle import in_thread, wait_until
     from weightkeeper.deployments import declared, ensure_work_pools
 

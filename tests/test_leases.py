@@ -136,3 +136,26 @@ def test_create_wait_killed_mid_download_then_ensure_wait_takes_over_at_once(wk,
 
     with get_client(sync_client=True) as client:
         assert client.read_flow_run(dead_run).state.name == "Crashed"
+
+
+def test_delete_wait_right_after_a_killed_create_releases_without_waiting_out_the_lease(wk, hub):
+    """The same for `model delete --wait`: the dead run's download is not waited for, its files go."""
+    hub.add_repo("acme/dropped", tiny_files("dropped", shards=1, shard_size=8 << 20))
+    hub.set_throttle(1 << 20, repo_id="acme/dropped")
+    wk.rewrite(hf_endpoint=hub.url, lease_seconds=600)
+    env = dict(os.environ, WEIGHTKEEPER_CONFIG=str(wk.config))
+    create = subprocess.Popen([sys.executable, "-m", "weightkeeper.cli", "model", "create", "dropped", "--source",
+                               "hf://acme/dropped", "--workspace", "team-a", "--wait"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_until(lambda: (m := wk.registry.find_model("dropped")) and m.local_paths[0].bytes_done > 1 << 20,
+                   timeout=120, what="the first run to fetch 1 MiB")
+    finally:
+        os.killpg(create.pid, signal.SIGKILL)
+        create.wait()
+        hub.set_throttle(None, repo_id="acme/dropped")
+    path = wk.registry.get_model("dropped").local_paths[0].path
+    started = time.monotonic()
+    out = cli(wk, "model", "delete", "dropped", "--wait")
+    assert time.monotonic() - started < 60 and "released" in out.stdout
+    assert wk.registry.find_model("dropped") is None and not os.path.lexists(path)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import expected_size, tiny_files
 
-from flows.delete_model import delete_model
-from flows.ensure_model import ensure_model
+from weightkeeper.flows.delete_model import delete_model
+from weightkeeper.flows.ensure_model import ensure_model
 from weightkeeper.download import PARTIAL_DIR
 from weightkeeper.errors import ConflictError
 from weightkeeper.runs import run_here
@@ -73,10 +73,15 @@ def test_create_ready_delete_released(wk, hub):
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowRunFilter, FlowRunFilterName
+    from prefect.client.schemas.filters import FlowRunFilterParentFlowRunId
 
     with get_client(sync_client=True) as client:
         (run,) = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=["ensure-life"])))
-        task_names = {t.name for t in client.read_task_runs(flow_run_filter=FlowRunFilter(id={"any_": [run.id]}))}
+        children = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run.id])))  # one download-to-path run per path
+        assert sorted(c.name for c in children) == ["download-life-team-a", "download-life-team-b"]
+        task_names = {t.name for t in client.read_task_runs(flow_run_filter=FlowRunFilter(
+            id={"any_": [c.id for c in children]}))}
         (table,) = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["paths-life"])))
     assert {"download-life-team-a", "download-life-team-b", "record-size-life-team-a"} <= task_names
     assert table.type == "table" and "team-b" in str(table.data)
@@ -299,14 +304,14 @@ def test_a_long_download_shows_its_progress_and_a_short_one_only_its_table(wk, h
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
-    import tasks.download
+    import weightkeeper.tasks.download
 
     def artifacts(key: str):
         with get_client(sync_client=True) as client:
             return client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
 
-    default = tasks.download.ARTIFACT_SECONDS
-    monkeypatch.setattr(tasks.download, "ARTIFACT_SECONDS", 0.5)
+    default = weightkeeper.tasks.download.ARTIFACT_SECONDS
+    monkeypatch.setattr(weightkeeper.tasks.download, "ARTIFACT_SECONDS", 0.5)
     hub.add_repo("acme/long", tiny_files("long", shards=1, shard_size=3 * 1024 * 1024))
     hub.add_repo("acme/short", tiny_files("short"))
     with hub.throttled(1024 * 1024, repo_id="acme/long"):
@@ -314,20 +319,20 @@ def test_a_long_download_shows_its_progress_and_a_short_one_only_its_table(wk, h
         assert ensure_model("long") == "Ready"
     (progress,) = artifacts("progress-long-team-a")
     assert progress.type == "progress" and progress.data == 100.0 and progress.task_run_id is not None
-    monkeypatch.setattr(tasks.download, "ARTIFACT_SECONDS", default)
+    monkeypatch.setattr(weightkeeper.tasks.download, "ARTIFACT_SECONDS", default)
     wk.declare("short", "hf://acme/short", workspaces=["team-a"])
     assert ensure_model("short") == "Ready"
     assert artifacts("progress-short-team-a") == [] and len(artifacts("paths-short")) == 1
 
 
 def test_a_progress_artifact_that_cannot_be_shown_does_not_stop_the_download(wk, hub, monkeypatch):
-    import tasks.download
+    import weightkeeper.tasks.download
 
     def refuse(**_):
         raise RuntimeError("the Prefect server is busy")
 
-    monkeypatch.setattr(tasks.download, "ARTIFACT_SECONDS", 0.3)
-    monkeypatch.setattr(tasks.download, "create_progress_artifact", refuse)
+    monkeypatch.setattr(weightkeeper.tasks.download, "ARTIFACT_SECONDS", 0.3)
+    monkeypatch.setattr(weightkeeper.tasks.download, "create_progress_artifact", refuse)
     hub.add_repo("acme/unshown", tiny_files("unshown", shards=1, shard_size=2 * 1024 * 1024))
     with hub.throttled(1024 * 1024, repo_id="acme/unshown"):
         wk.declare("unshown", "hf://acme/unshown", workspaces=["team-a"])

@@ -12,8 +12,8 @@ import pytest
 from conftest import tiny_files
 from served import POOL_B, _descendants, served_weightkeeper
 
-from flows.delete_model import delete_model
-from flows.ensure_model import ensure_model
+from weightkeeper.flows.delete_model import delete_model
+from weightkeeper.flows.ensure_model import ensure_model
 from test_lifecycle import in_thread, wait_until
 
 MIB = 1 << 20
@@ -40,9 +40,10 @@ def subflows(parent_name: str) -> dict:
     (parent,) = named(parent_name)
     children = flow_runs(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent.id]))
     with get_client(sync_client=True) as client:
-        return {run.name: (client.read_flow(run.flow_id).name, run.state.name,
-                           {t.name for t in client.read_task_runs(flow_run_filter=FlowRunFilter(id={"any_": [run.id]}))})
-                for run in children}
+        def tasks(run) -> set[str]:
+            return {t.name for t in client.read_task_runs(flow_run_filter=FlowRunFilter(id={"any_": [run.id]}))}
+
+        return {run.name: (client.read_flow(run.flow_id).name, run.state.name, tasks(run)) for run in children}
 
 
 def test_a_lifecycle_here_runs_each_path_as_a_subflow_of_the_per_path_flow(wk, hub):
@@ -65,7 +66,7 @@ def test_a_lifecycle_here_runs_each_path_as_a_subflow_of_the_per_path_flow(wk, h
 def test_only_the_childs_own_abandoned_lease_tells_that_its_worker_died(wk):
     import uuid
 
-    from flows.jobs import child_alive
+    from weightkeeper.flows.jobs import child_alive
     from weightkeeper.registry import Holder
 
     path = wk.declare("alive", "hf://acme/alive", workspaces=["team-a"]).local_paths[0]
@@ -84,7 +85,7 @@ def test_only_the_childs_own_abandoned_lease_tells_that_its_worker_died(wk):
 
 
 def test_a_failure_is_recorded_only_on_a_path_nobody_works_on(wk):
-    from flows.jobs import JobFailure, _record
+    from weightkeeper.flows.jobs import JobFailure, _record
     from weightkeeper.registry import Holder
 
     path = wk.declare("record", "hf://acme/record", workspaces=["team-a"]).local_paths[0]
@@ -105,8 +106,8 @@ def test_a_failure_is_recorded_only_on_a_path_nobody_works_on(wk):
 def test_a_pool_without_a_worker_fails_the_path_naming_the_pool(wk, hub, monkeypatch):
     from prefect import flow
 
-    import flows.jobs
-    from flows.jobs import download_paths
+    import weightkeeper.flows.jobs
+    from weightkeeper.flows.jobs import download_paths
     from weightkeeper.deployments import declared, ensure_work_pools
 
     wk.rewrite(hf_endpoint=hub.url, workspaces=[{"name": "idle", "volume": str(wk.volumes["team-a"]),
@@ -115,8 +116,8 @@ def test_a_pool_without_a_worker_fails_the_path_naming_the_pool(wk, hub, monkeyp
     for deployment, pool in declared(wk.settings):
         if pool == "wk-idle" and deployment.flow_name == "download-to-path":
             deployment.apply(work_pool_name=pool)  # no worker serves the pool
-    monkeypatch.setattr(flows.jobs, "START_SECONDS", 3)
-    monkeypatch.setattr(flows.jobs, "POLL_SECONDS", 0.5)
+    monkeypatch.setattr(weightkeeper.flows.jobs, "START_SECONDS", 3)
+    monkeypatch.setattr(weightkeeper.flows.jobs, "POLL_SECONDS", 0.5)
     hub.add_repo("acme/idle", tiny_files("idle"))
     model = wk.declare("idle", "hf://acme/idle")
 
@@ -181,11 +182,11 @@ def test_a_deployed_ensure_whose_worker_dies_ends_with_a_message(served, hub):
 def test_a_deployed_run_past_its_budget_is_cancelled_and_the_wait_ends(served, hub, monkeypatch):
     from prefect import flow
 
-    import flows.jobs
-    from flows.jobs import run_path_jobs
+    import weightkeeper.flows.jobs
+    from weightkeeper.flows.jobs import run_path_jobs
 
-    monkeypatch.setattr(flows.jobs, "run_budget", lambda flow, settings: 3)
-    monkeypatch.setattr(flows.jobs, "POLL_SECONDS", 0.5)
+    monkeypatch.setattr(weightkeeper.flows.jobs, "run_budget", lambda flow, settings: 3)
+    monkeypatch.setattr(weightkeeper.flows.jobs, "POLL_SECONDS", 0.5)
     hub.add_repo("acme/budget", tiny_files("budget", shards=1, shard_size=8 * MIB))
     model = served.env.declare("budget", "hf://acme/budget", workspaces=["team-a"])
 

@@ -6,6 +6,7 @@ process that started it; beyond loopback it requires a credential (the served ca
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -80,6 +82,17 @@ def processes_naming(text: str) -> dict[int, str]:
         if text.encode() in cmdline + environ:
             found[int(proc.name)] = cmdline.replace(b"\0", b" ").decode(errors="replace")
     return found
+
+
+@contextlib.contextmanager
+def leaving_nothing_that_names(path: Path) -> Iterator[None]:
+    """A test that fails leaves no process behind: SIGKILL to those that name `path` (`processes_naming`)."""
+    try:
+        yield
+    finally:
+        for pid in processes_naming(str(path)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def temporary_servers(processes: dict[int, str]) -> list[str]:
@@ -168,21 +181,18 @@ def test_the_server_stops_when_the_process_that_started_it_is_killed(tmp_path):
     it, with Prefect's temporary server disabled: no temporary server is started to outlive the process."""
     starter = subprocess.Popen([sys.executable, "-c", STARTER, str(tmp_path / "home"), "wait"],
                                env=without_prefect_api_url(tmp_path), stdout=subprocess.PIPE, text=True)
-    try:
-        seen = json.loads(starter.stdout.readline())
-        assert healthy(seen["url"])
-        assert seen["api"] == seen["url"] and seen["flows"] == ["made-in-home"]
-        assert seen["child"] == [seen["url"], "false"]
-        running = processes_naming(str(tmp_path))
-        assert len(running) == 2 and not temporary_servers(running), running  # the starter and its server
-    finally:
-        starter.send_signal(signal.SIGKILL)  # no `finally`, no atexit
-        starter.wait()
-    try:
+    with leaving_nothing_that_names(tmp_path):
+        try:
+            seen = json.loads(starter.stdout.readline())
+            assert healthy(seen["url"])
+            assert seen["api"] == seen["url"] and seen["flows"] == ["made-in-home"]
+            assert seen["child"] == [seen["url"], "false"]
+            running = processes_naming(str(tmp_path))
+            assert len(running) == 2 and not temporary_servers(running), running  # the starter and its server
+        finally:
+            starter.send_signal(signal.SIGKILL)  # no `finally`, no atexit
+            starter.wait()
         wait_until(lambda: not processes_naming(str(tmp_path)), 30, "the orphaned server to stop")
-    finally:  # a failure leaves nothing behind
-        for pid in processes_naming(str(tmp_path)):
-            os.kill(pid, signal.SIGKILL)
 
 
 def test_a_cli_command_killed_mid_download_leaves_no_prefect_server_behind(wk, hub, tmp_path):
@@ -190,7 +200,8 @@ def test_a_cli_command_killed_mid_download_leaves_no_prefect_server_behind(wk, h
     slowly: neither its Prefect server nor a temporary one outlives it."""
     hub.add_repo("acme/slow", tiny_files("slow"))
     env = dict(without_prefect_api_url(tmp_path), WEIGHTKEEPER_CONFIG=str(wk.config))
-    with hub.throttled(16 * 1024, "acme/slow"), open(tmp_path / "cli.out", "w") as out:
+    with hub.throttled(16 * 1024, "acme/slow"), open(tmp_path / "cli.out", "w") as out, \
+            leaving_nothing_that_names(tmp_path):
         cli = subprocess.Popen([sys.executable, "-m", "weightkeeper.cli", "model", "create", "slow", "--source",
                                 "hf://acme/slow", "--workspace", "team-a", "--wait"], env=env, stdout=out,
                                stderr=subprocess.STDOUT)
@@ -203,11 +214,7 @@ def test_a_cli_command_killed_mid_download_leaves_no_prefect_server_behind(wk, h
         finally:
             cli.send_signal(signal.SIGKILL)
             cli.wait()
-    try:
         wait_until(lambda: not processes_naming(str(tmp_path)), 30, "the command's Prefect server to stop")
-    finally:  # a failure leaves nothing behind
-        for pid in processes_naming(str(tmp_path)):
-            os.kill(pid, signal.SIGKILL)
     assert "temporary server" not in (tmp_path / "cli.out").read_text()
 
 

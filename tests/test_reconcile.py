@@ -7,8 +7,8 @@ from pathlib import Path
 
 from conftest import tiny_files
 
-from flows.ensure_model import ensure_model
-from flows.reconcile import reconcile
+from weightkeeper.flows.ensure_model import ensure_model
+from weightkeeper.flows.reconcile import reconcile
 from weightkeeper.config import DELETE_FLOW, ENSURE_FLOW
 from weightkeeper.desired import needed_run, orphans
 from weightkeeper.registry import Holder

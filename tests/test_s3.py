@@ -11,9 +11,9 @@ import pytest
 from conftest import FETCHED, expected_size, tiny_files
 from test_lifecycle import fetched_files, in_thread, wait_until
 
-from flows.delete_model import delete_model
-from flows.ensure_model import ensure_model
-from flows.reconcile import reconcile
+from weightkeeper.flows.delete_model import delete_model
+from weightkeeper.flows.ensure_model import ensure_model
+from weightkeeper.flows.reconcile import reconcile
 from weightkeeper.config import load_settings
 from weightkeeper.errors import ConfigError, InvalidInputError
 

@@ -128,7 +128,7 @@ def test_the_prefect_server_serve_starts_beyond_loopback_answers_only_to_its_cre
         assert created.status_code == 201, created.text
         wait_until(lambda: api.get("/api/v1/models/behind-auth").json()["phase"] == "Ready", 150, "Ready")
         commands = subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True, text=True).stdout
-        assert "prefect worker start --pool auth-team-a" in commands and secret not in commands
+        assert "weightkeeper.worker --pool auth-team-a" in commands and secret not in commands
     finally:
         serve.send_signal(signal.SIGTERM)
         assert serve.wait(60) == 0

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from conftest import expected_size, tiny_files
-from flows.delete_model import delete_model
-from flows.ensure_model import ensure_model
-from flows.reconcile import reconcile
+from weightkeeper.flows.delete_model import delete_model
+from weightkeeper.flows.ensure_model import ensure_model
+from weightkeeper.flows.reconcile import reconcile
 from test_lifecycle import fetched_files, in_thread, wait_until
 
 SHARD = "model-00001-of-00002.safetensors"
@@ -215,7 +215,7 @@ def test_a_killed_lock_holder_is_taken_over_after_its_lease(wk, hub):
                download_policy="reuse-if-exists")
     hub.set_throttle(512 * 1024, repo_id="acme/killed")
     hub.reset_stats()
-    victim = subprocess.Popen([sys.executable, "-c", "from flows.ensure_model import ensure_model; "
+    victim = subprocess.Popen([sys.executable, "-c", "from weightkeeper.flows.ensure_model import ensure_model; "
                                "ensure_model('victim')"], env=dict(os.environ), stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:

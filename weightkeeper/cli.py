@@ -100,9 +100,9 @@ def _run_flow(flow: str, name: str):
     from weightkeeper.runs import run_here
 
     if flow == "ensure-model":
-        from flows.ensure_model import ensure_model as run
+        from weightkeeper.flows.ensure_model import ensure_model as run
     else:
-        from flows.delete_model import delete_model as run
+        from weightkeeper.flows.delete_model import delete_model as run
     return run_here(run, name, wait_for_lease=True)  # a live run holding the model: wait, saying whose
 
 
@@ -225,14 +225,14 @@ def cmd_run(args, settings: Settings) -> int:
 
 def cmd_reconcile(args, settings: Settings) -> int:
     """One reconcile pass here, or (with --every) a Prefect deployment served on that interval."""
-    from flows.reconcile import reconcile
+    from weightkeeper.flows.reconcile import reconcile
     from weightkeeper.runs import run_here
 
     with prefect_api(settings.home):
         if args.every:
             if settings.config_path:  # Prefect's runner starts each run in a process of its own, from this environment
                 os.environ["WEIGHTKEEPER_CONFIG"] = str(settings.config_path)
-            reconcile.serve(name="reconcile", interval=args.every)
+            reconcile.serve(name="reconcile", interval=args.every, limit=1)  # passes never overlap
             return 0
         outcomes = run_here(reconcile)
     for path, outcome in sorted(outcomes.items()):

@@ -50,8 +50,8 @@ def _write_config(scratch: Path, endpoint: str | None) -> Path:
 
 
 def run_demo(source: str | None = None, offline: bool = False) -> int:
-    from flows.delete_model import delete_model
-    from flows.ensure_model import ensure_model
+    from weightkeeper.flows.delete_model import delete_model
+    from weightkeeper.flows.ensure_model import ensure_model
     from weightkeeper.runs import run_here
 
     scratch = Path(tempfile.mkdtemp(prefix="weightkeeper-demo-"))

@@ -26,10 +26,10 @@ from weightkeeper.runtime import ensure_download_limit
 
 def declared(settings: Settings) -> list[tuple[RunnerDeployment, str]]:
     """(deployment, work pool) for every flow."""
-    from flows.delete_model import delete_model
-    from flows.ensure_model import ensure_model
-    from flows.paths import clean_one_path, download_to_path
-    from flows.reconcile import reconcile
+    from weightkeeper.flows.delete_model import delete_model
+    from weightkeeper.flows.ensure_model import ensure_model
+    from weightkeeper.flows.paths import clean_one_path, download_to_path
+    from weightkeeper.flows.reconcile import reconcile
 
     job = {"env": {"WEIGHTKEEPER_CONFIG": str(settings.config_path)}} if settings.config_path else {}
 

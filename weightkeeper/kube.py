@@ -14,8 +14,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from prefect.utilities.templating import apply_values
-
 from weightkeeper.errors import InvalidInputError
 
 TEMPLATE_PATH = Path(__file__).parent / "kubernetes" / "base-job-template.json"
@@ -62,6 +60,8 @@ def base_job_template(target: KubernetesTarget, mount_path: str) -> dict:
         "prefect_auth_secret": target.prefect_auth_secret,
     }
     template = json.loads(TEMPLATE_PATH.read_text())
+    from prefect.utilities.templating import apply_values  # imported here: it costs every CLI call 1 s
+
     template["job_configuration"] = apply_values(template["job_configuration"], {"workspace": fixed},
                                                  remove_notset=False)
     return template

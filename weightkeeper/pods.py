@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from kubernetes import client, config
-from kubernetes.config.config_exception import ConfigException
-
 from weightkeeper.errors import CleanupError
 from weightkeeper.kube import KubernetesTarget
 
@@ -12,7 +9,10 @@ RUN_LABEL = "prefect.io/flow-run-id"  # set by the Kubernetes worker on the Job 
 API_TIMEOUT_SECONDS = 30
 
 
-def _core_api(target: KubernetesTarget) -> client.CoreV1Api:
+def _core_api(target: KubernetesTarget):
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
     if target.kubeconfig:
         return client.CoreV1Api(config.new_client_from_config(config_file=target.kubeconfig, context=target.context))
     try:
@@ -26,6 +26,12 @@ def live_pods(target: KubernetesTarget, run_ids: list[str]) -> list[str]:
     """Pods of these flow runs that have not finished (Pending, Running, Unknown, or being deleted)."""
     if not run_ids:
         return []
+    try:
+        from kubernetes import client
+        from kubernetes.config.config_exception import ConfigException
+    except ImportError:
+        raise CleanupError(f"workspace namespace {target.namespace!r} runs in Kubernetes, but the kubernetes client "
+                           "is not installed here: pip install 'weightkeeper[kubernetes]'") from None
     try:
         api = _core_api(target)
         pods = [pod for run_id in run_ids for pod in api.list_namespaced_pod(

@@ -70,9 +70,10 @@ def queue_sqlite_writes() -> None:
 
     configurations.AioSqliteConfiguration.begin_transaction = begin_transaction
     if not writes_take_the_lock_first():
-        raise WeightkeeperError(f"Prefect {prefect.__version__} no longer begins its server's SQLite write transactions "
-                                f"as weightkeeper.prefectserver sets them (IMMEDIATE): use the Prefect version "
-                                f"weightkeeper pins, or run a Prefect server on PostgreSQL and set PREFECT_API_URL")
+        raise WeightkeeperError(f"Prefect {prefect.__version__} no longer begins its server's SQLite write "
+                                f"transactions as weightkeeper.prefectserver sets them (IMMEDIATE): use the Prefect "
+                                f"version weightkeeper pins, or run a Prefect server on PostgreSQL and set "
+                                f"PREFECT_API_URL")
 
 
 def writes_take_the_lock_first() -> bool:

@@ -8,6 +8,7 @@ process's own clients get in their environment or settings, never on a command l
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -16,17 +17,17 @@ import time
 
 from weightkeeper.config import Settings
 from weightkeeper.errors import InvalidInputError, WeightkeeperError
-from weightkeeper.prefectserver import AUTH_ENV, AUTH_FILE, LOOPBACK, prefect_api, spawn, stop
+from weightkeeper.prefectserver import AUTH_ENV, AUTH_FILE, LOOPBACK, PARENT_ENV, prefect_api, spawn, stop
 
 
 def start_workers(settings: Settings) -> list[subprocess.Popen]:
     """One process worker per work pool of this host (a Kubernetes pool's worker runs in its cluster:
     `weightkeeper kubernetes worker-manifests`). They inherit the Prefect API URL and credential `prefect_api`
     put in the environment."""
-    env = dict(os.environ)
+    env = dict(os.environ, **{PARENT_ENV: str(os.getpid())})  # they exit with this process, even killed
     if settings.config_path:
         env["WEIGHTKEEPER_CONFIG"] = str(settings.config_path)
-    return [spawn(["prefect", "worker", "start", "--pool", pool, "--type", "process", "--name", f"{pool}-worker"],
+    return [spawn(["weightkeeper.worker", "--pool", pool, "--type", "process", "--name", f"{pool}-worker"],
                   settings.home / "logs" / f"worker-{pool}.log", env)
             for pool in settings.pools if pool not in settings.kubernetes_pools]
 
@@ -47,11 +48,11 @@ def serve(settings: Settings, port: int, api_host: str, api_port: int | None, pr
     # A supervisor stops services with SIGTERM; make it unwind the `finally`s so no worker or server is left
     # behind (uvicorn re-raises the signal after its own shutdown, which would otherwise kill us on the spot).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    operators_credential = bool(os.environ.get(AUTH_ENV))
+    note = functools.partial(_credential_note, settings, bool(os.environ.get(AUTH_ENV)))  # before prefect_api sets it
     with prefect_api(settings.home, port, prefect_host or LOOPBACK, prefect_auth) as url:
         names = apply_deployments(settings)
         workers = start_workers(settings)
-        print(f"Prefect API {url}{_credential_note(settings, operators_credential)}; deployments: {', '.join(names)}; workers for "
+        print(f"Prefect API {url}{note()}; deployments: {', '.join(names)}; workers for "
               f"{', '.join(settings.pools)} (logs in {settings.home / 'logs'})", flush=True)
         try:
             if api_port is None:

@@ -156,10 +156,16 @@ def _path_view(row: LocalPathRow, leases: dict[int, Lease]) -> LocalPath:
                      _utc(row.verified_at), row.retired, row.adopted, row.failover_attempts, row.made)
 
 
-def _view(row: ModelRow) -> Model:
-    s = Session.object_session(row)
-    paths = LeaseOps._leases(s, Kind.PATH, [p.id for p in row.paths])
-    staging = LeaseOps._leases(s, Kind.STAGING, [row.id]).get(row.id)
+def _views(s: Session, rows: list[ModelRow]) -> list[Model]:
+    """Views of models, with their leases read in two queries."""
+    paths = LeaseOps._leases(s, Kind.PATH, [p.id for row in rows for p in row.paths])
+    staging = LeaseOps._leases(s, Kind.STAGING, [row.id for row in rows])
+    return [_view(row, paths, staging.get(row.id)) for row in rows]
+
+
+def _view(row: ModelRow, paths: dict[int, Lease] | None = None, staging: Lease | None = None) -> Model:
+    if paths is None:
+        return _views(Session.object_session(row), [row])[0]
     return Model(
         row.name, row.owner_name, row.owner_uid, row.source, row.repo_id, row.revision, row.commit, row.token_block,
         row.targets, row.subpath, row.files, row.phase, row.message, _utc(row.created_at), _utc(row.updated_at),
@@ -374,7 +380,7 @@ class Registry(ArtifactOps, RunOps, LeaseOps):
                 query = query.where(ModelRow.phase == phase)
             if workspace:
                 query = query.where(ModelRow.paths.any(LocalPathRow.workspace == workspace))
-            return [_view(r) for r in s.scalars(query)]
+            return _views(s, list(s.scalars(query)))
 
     def set_phase(self, name: str, phase: str, message: str = "") -> Model:
         """Set a live model's phase; a deleting model keeps `Deleting`."""
