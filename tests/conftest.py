@@ -2,7 +2,8 @@
 
 Environment is fixed before Prefect is imported anywhere. `WK_TEST_DB=postgresql` runs the
 registry on the real PostgreSQL at 127.0.0.1:5432 instead of SQLite (one fresh database per
-session). The Prefect server keeps its own SQLite database unless `WK_TEST_PREFECT_DB` is a URL.
+session). The Prefect server keeps its own SQLite database unless `WK_TEST_PREFECT_DB=postgresql`: then a
+fresh PostgreSQL database of its own. Each session (each pytest-xdist worker) has all of these to itself.
 """
 
 from __future__ import annotations
@@ -70,7 +71,25 @@ def stop_session_server(crash: bool = False) -> None:
 def start_session_server() -> None:
     """Start the session's Prefect server again on its port; it serves the rest of the session."""
     SESSION_SERVER["proc"] = start_prefect_server(PREFECT_PORT, Path(os.environ["PREFECT_HOME"]),
-                                                  os.environ.get("WK_TEST_PREFECT_DB"))
+                                                  SESSION_SERVER.get("database"))
+
+
+@contextlib.contextmanager
+def prefect_database():
+    """The session Prefect server's own PostgreSQL database (`WK_TEST_PREFECT_DB=postgresql`), else None."""
+    if os.environ.get("WK_TEST_PREFECT_DB") != "postgresql":
+        yield None
+        return
+    import psycopg
+
+    name = f"wk_prefect_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    try:
+        yield f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def pytest_configure(config):
@@ -85,12 +104,14 @@ def prefect_server(request):
         return
     home = Path(os.environ["PREFECT_HOME"])
     home.mkdir(parents=True, exist_ok=True)
-    SESSION_SERVER["proc"] = start_prefect_server(PREFECT_PORT, home, os.environ.get("WK_TEST_PREFECT_DB"))
-    yield SESSION_SERVER["proc"]
-    from prefect.logging.handlers import APILogHandler
+    with prefect_database() as database:
+        SESSION_SERVER["database"] = database
+        start_session_server()
+        yield SESSION_SERVER["proc"]
+        from prefect.logging.handlers import APILogHandler
 
-    APILogHandler().flush()
-    stop(SESSION_SERVER["proc"])  # a test that restarted the server left its new process here
+        APILogHandler().flush()
+        stop(SESSION_SERVER["proc"])  # a test that restarted the server left its new process here
     shutil.rmtree(SESSION_DIR, ignore_errors=True)
 
 

@@ -85,3 +85,30 @@ def test_while_every_slot_is_taken_on_wait_is_called_and_can_stop_the_wait(wk):
         holder.join(60)
         wk.rewrite()
         ensure_download_limit(wk.settings)
+
+
+def test_a_limit_another_run_creates_meanwhile_is_resized_not_an_error(wk, monkeypatch):
+    from prefect.client.orchestration import SyncPrefectClient
+    from prefect.exceptions import ObjectNotFound
+
+    from weightkeeper.runtime import ensure_download_limit
+
+    ensure_download_limit(wk.settings)  # it exists, at 4
+    read = SyncPrefectClient.read_global_concurrency_limit_by_name
+    reads = []
+
+    def missing_at_first(self, name):  # as if another run created it between this run's read and its create
+        reads.append(name)
+        if len(reads) == 1:
+            raise ObjectNotFound(None)
+        return read(self, name)
+
+    monkeypatch.setattr(SyncPrefectClient, "read_global_concurrency_limit_by_name", missing_at_first)
+    wk.rewrite(max_concurrent_downloads=3)
+    try:
+        ensure_download_limit(wk.settings)
+        assert len(reads) == 2 and in_use() == (0, 3)
+    finally:
+        monkeypatch.undo()
+        wk.rewrite()
+        ensure_download_limit(wk.settings)

@@ -17,7 +17,7 @@ from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, GlobalC
 from prefect.client.schemas.objects import ConcurrencyLeaseHolder
 from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError
 from prefect.concurrency.sync import concurrency
-from prefect.exceptions import ObjectNotFound
+from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 from prefect.runtime import task_run
 from prefect.settings.legacy import Setting
 
@@ -61,9 +61,12 @@ def ensure_download_limit(settings: Settings) -> None:
         try:
             limit = client.read_global_concurrency_limit_by_name(DOWNLOAD_LIMIT_NAME)
         except ObjectNotFound:
-            client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(
-                name=DOWNLOAD_LIMIT_NAME, limit=settings.max_concurrent_downloads, active=True))
-            return
+            try:
+                client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(
+                    name=DOWNLOAD_LIMIT_NAME, limit=settings.max_concurrent_downloads, active=True))
+                return
+            except ObjectAlreadyExists:  # another run created it meanwhile
+                limit = client.read_global_concurrency_limit_by_name(DOWNLOAD_LIMIT_NAME)
         if limit.limit != settings.max_concurrent_downloads or not limit.active:
             client.update_global_concurrency_limit(DOWNLOAD_LIMIT_NAME, GlobalConcurrencyLimitUpdate(
                 limit=settings.max_concurrent_downloads, active=True))
