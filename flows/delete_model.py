@@ -11,7 +11,7 @@ from weightkeeper.tasks.report import publish_paths
 from weightkeeper.config import CLEAN_FLOW, DELETE_FLOW
 from weightkeeper.errors import CleanupError
 from weightkeeper.runs import holds_run_lease
-from weightkeeper.runtime import runtime
+from weightkeeper.context import current
 
 
 @flow(name=DELETE_FLOW, flow_run_name="delete-{name}")
@@ -20,7 +20,7 @@ def delete_model(name: str) -> str:
     """Mark Deleting, stop downloads and staging, clean each path (guarded, retried), collect shared copies no
     one uses any more, remove the staged S3 copy (retried), release. Never releases early."""
     logger = get_run_logger()
-    settings, registry = runtime()
+    settings, registry = current()
     model = registry.find_model(name)
     if model is None:
         logger.info("%s is already released", name)

@@ -13,7 +13,8 @@ from weightkeeper.config import ENSURE_FLOW
 from weightkeeper.layout import HfSource, parse_source
 from weightkeeper.registry.common import DELETING, FAILED
 from weightkeeper.runs import holds_run_lease
-from weightkeeper.runtime import ensure_download_limit, runtime
+from weightkeeper.runtime import ensure_download_limit
+from weightkeeper.context import current
 
 
 @flow(name=ENSURE_FLOW, flow_run_name="ensure-{name}", log_prints=True)
@@ -21,7 +22,7 @@ from weightkeeper.runtime import ensure_download_limit, runtime
 def ensure_model(name: str) -> str:
     """Resolve the revision, download into each target path (capped by the global limit), record sizes."""
     logger = get_run_logger()
-    settings, registry = runtime()
+    settings, registry = current()
     model = registry.get_model(name)
     if model.phase == DELETING:
         logger.info("%s is being deleted; nothing to ensure", name)

@@ -27,7 +27,7 @@ from weightkeeper.registry import Holder, LocalPath, Model, Registry
 from weightkeeper.registry.common import FAILED, READY, utcnow
 from weightkeeper.registry.leases import abandoned
 from weightkeeper.runs import mark_run_crashed
-from weightkeeper.runtime import runtime
+from weightkeeper.context import current
 
 POLL_SECONDS = 2.0
 START_SECONDS = 600.0  # a deployment run not started by then has no worker (a Kubernetes pod may pull its image)
@@ -118,7 +118,7 @@ class _Child:
 
 def _jobs_deployed(flow: str, name: str, paths: list[LocalPath]) -> list[JobFailure]:
     """Start each path's flow as a deployment run in its workspace's pool and wait for them all."""
-    settings, registry = runtime()
+    settings, registry = current()
     model = registry.get_model(name)
     children, failed = [], []
     for p in paths:
@@ -200,7 +200,7 @@ def download_paths(name: str, paths: list[LocalPath], here: bool = False) -> boo
     (`failover_workspace`), at most `MAX_FAILOVERS` times per path, counted in the registry. True when
     every path completed."""
     logger = get_run_logger()
-    settings, registry = runtime()
+    settings, registry = current()
     todo, final = paths, []
     while todo:
         moved = []

@@ -9,7 +9,7 @@ from weightkeeper.tasks.cleanup import clean_path
 from weightkeeper.tasks.download import download_snapshot, record_size
 from weightkeeper.tasks.snapshot import resolve_revision
 from weightkeeper.config import CLEAN_FLOW, DOWNLOAD_FLOW, Settings
-from weightkeeper.runtime import runtime
+from weightkeeper.context import current
 
 CLEANUP_RETRIES = 10
 MARGIN_SECONDS = 600  # for what a run does besides its bounded steps: start, claim, slot wait, verification
@@ -21,7 +21,7 @@ def cleanup_delays(first: float, cap: float, retries: int = CLEANUP_RETRIES) -> 
 
 
 def _workspace(name: str, path_id: int) -> str:
-    _, registry = runtime()
+    _, registry = current()
     model = registry.find_model(name)
     return next((p.workspace for p in model.local_paths if p.id == path_id), "gone") if model else "gone"
 
@@ -41,7 +41,7 @@ def download_to_path(name: str, path_id: int):
 @flow(name=CLEAN_FLOW)
 def clean_one_path(name: str, path_id: int) -> str:
     """Remove one path of a deleting model (guarded, retried with back-off)."""
-    settings, _ = runtime()
+    settings, _ = current()
     cleaner = clean_path.with_options(
         task_run_name=f"clean-{name}-{_workspace(name, path_id)}", retries=CLEANUP_RETRIES,
         retry_delay_seconds=cleanup_delays(settings.cleanup_retry_seconds, settings.cleanup_retry_max_seconds))

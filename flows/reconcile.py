@@ -18,7 +18,8 @@ from weightkeeper.errors import NotFoundError
 from weightkeeper.registry import Registry
 from weightkeeper.registry.common import DELETING, FAILED, READY
 from weightkeeper.runs import NoDeployment, flow_run_of, mark_run_crashed, reserve, start_deployment
-from weightkeeper.runtime import ensure_download_limit, runtime
+from weightkeeper.runtime import ensure_download_limit
+from weightkeeper.context import current
 
 
 @task(name="mark-crashed")
@@ -30,7 +31,7 @@ def mark_crashed(run_id: str, model: str) -> str:
 @task(name="start-run")
 def start_run(flow_name: str, name: str) -> str:
     """Start the lifecycle run a model needs: a deployment run (when deployed), else here as a subflow."""
-    settings, registry = runtime()
+    settings, registry = current()
     key = f"reconcile/{flow_run.id or 'local'}/{flow_name}/{name}"
     phases = (DELETING,) if flow_name == DELETE_FLOW else IN_PROGRESS  # another pass may have finished it
     try:
@@ -88,7 +89,7 @@ def reconcile() -> dict[str, str]:
     """One pass: lifecycle runs for models not in their desired state, a size check of every copy (a full
     hash when due), repairs, garbage collection, and a report of orphaned directories (never deleted)."""
     logger = get_run_logger()
-    settings, registry = runtime()
+    settings, registry = current()
     ensure_download_limit(settings)  # repairs take download slots
     outcomes = _drive_models(settings, registry)
     shared = {a.path: verify_shared_copy.with_options(task_run_name=f"verify-{a.id}").submit(a.id)

@@ -26,7 +26,7 @@ from weightkeeper.lease import renewed
 from weightkeeper.registry import Holder, Model
 from weightkeeper.registry.common import utcnow
 from weightkeeper.registry.leases import CLEANUP, Kind, Lease, abandoned, process_alive
-from weightkeeper.runtime import runtime
+from weightkeeper.context import current
 from weightkeeper.s3 import delete_prefix
 from weightkeeper.sharing import file_lock, links_into, unmark_ready
 from weightkeeper.sources import s3_client
@@ -68,7 +68,7 @@ def stop_downloads(name: str) -> int:
     but whose process still runs on this host is terminated. Returns how many were stopped.
     """
     logger = get_run_logger()
-    settings, registry = runtime()
+    settings, registry = current()
     deadline = time.monotonic() + settings.stop_timeout_seconds
     seen: set[str] = set()
     signalled: dict[int, float] = {}
@@ -133,7 +133,7 @@ def _retry_cleanup(task, task_run, state) -> bool:
 @task(name="clean-path", retry_condition_fn=_retry_cleanup)
 def clean_path(name: str, path_id: int) -> str:
     """Remove one path's directory (guarded), then its entry; keep the files another live model uses."""
-    settings, registry = runtime()
+    settings, registry = current()
     entry = next((p for p in registry.get_model(name).local_paths if p.id == path_id), None)
     if entry is None:
         return "gone"
@@ -191,7 +191,7 @@ def remove_staged_snapshot(name: str) -> str:
     """Delete the model's staged prefix in S3 (guarded, `.../<commit>/` with its trailing slash) once no
     other live model records it. An s3:// source is never ours to delete."""
     logger = get_run_logger()
-    settings, registry = runtime()
+    settings, registry = current()
     model = registry.get_model(name)
     uri = model.staging_uri
     if not uri:
@@ -226,7 +226,7 @@ def remove_staged_snapshot(name: str) -> str:
 @task(name="release-model")
 def release_model(name: str) -> None:
     """Let the model go: only once every path entry is gone."""
-    _, registry = runtime()
+    _, registry = current()
     if not registry.release_model(name):
         left = [p.path for p in registry.get_model(name).local_paths]
         raise CleanupError(f"model {name!r} still has paths {left}; it is kept")
@@ -238,7 +238,7 @@ def release_model(name: str) -> None:
 def collect_shared_copy(artifact_id: int) -> str:
     """Delete a shared copy once no model references it and no link under the models root points into it."""
     logger = get_run_logger()
-    settings, registry = runtime()
+    settings, registry = current()
     artifact = registry.get_artifact(artifact_id)
     if artifact is None:
         return "gone"

@@ -27,7 +27,8 @@ from weightkeeper.registry import Holder, LocalPath, Model, Registry
 from weightkeeper.registry.leases import Kind
 from weightkeeper.registry.artifacts import A_DOWNLOADING, A_PENDING, A_READY
 from weightkeeper.registry.common import DOWNLOADING, WAITING
-from weightkeeper.runtime import download_slot, runtime
+from weightkeeper.runtime import download_slot
+from weightkeeper.context import current
 from weightkeeper.sharing import discard, file_lock, is_ready, mark_ready
 from weightkeeper.sources import fetch_model_files, s3_uri
 from weightkeeper.space import check_free_space
@@ -243,7 +244,7 @@ def _links_or_free(parent: Dir, name: str, made: str | None) -> bool:
 def download_snapshot(name: str, path_id: int, snapshot: Snapshot):
     """Fill one path: claim it, then fetch an own copy, or link it to the shared copy (reuse-if-exists)."""
     logger = get_run_logger()
-    settings, registry = runtime()
+    settings, registry = current()
     try:
         entry = _entry(registry, name, path_id)
     except (NotFoundError, StopIteration):
@@ -305,7 +306,7 @@ def download_snapshot(name: str, path_id: int, snapshot: Snapshot):
 @task(name="record-size")
 def record_size(name: str, path_id: int) -> int:
     """Measure the path (without its cache; a link counts its shared copy) and mark it Ready."""
-    settings, registry = runtime()
+    settings, registry = current()
     entry = _entry(registry, name, path_id)
     try:
         size = path_size(entry.path, settings.volume_rules)

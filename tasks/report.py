@@ -11,13 +11,13 @@ from weightkeeper.events import emit_phase
 from weightkeeper.phase import Phase, derive_phase
 from weightkeeper.planning import plan_paths
 from weightkeeper.registry import Model
-from weightkeeper.runtime import runtime
+from weightkeeper.context import current
 
 
 @task(name="finish-model")
 def finish_model(name: str) -> str:
     """Record the phase `derive_phase` gives the model from its paths; emit an event when it changed."""
-    settings, registry = runtime()
+    settings, registry = current()
     model = registry.find_model(name)
     if model is None:
         return "Released"
@@ -41,7 +41,7 @@ def model_phase(settings: Settings, model: Model) -> tuple[Phase, str]:
 
 @task(name="publish-paths")
 def publish_paths(name: str) -> None:
-    _, registry = runtime()
+    _, registry = current()
     model = registry.find_model(name)
     rows = [{"workspace": p.workspace, "cluster": p.cluster, "path": p.path, "status": p.status,
              "sizeBytes": p.size_bytes, "message": p.message} for p in (model.local_paths if model else [])]

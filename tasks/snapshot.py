@@ -10,7 +10,7 @@ from weightkeeper.errors import DownloadError, WeightkeeperError
 from weightkeeper.layout import HfSource, S3Source, parse_source
 from weightkeeper.registry.common import DOWNLOADING, FAILED
 from weightkeeper.credentials import load_token
-from weightkeeper.runtime import runtime
+from weightkeeper.context import current
 from weightkeeper.s3 import list_source
 from weightkeeper.sources import limits, s3_client
 
@@ -34,7 +34,7 @@ def resolve_revision(name: str) -> Snapshot:
 
     An s3:// source is listed instead: its "commit" is a digest of the listing."""
     logger = get_run_logger()
-    settings, registry = runtime()
+    settings, registry = current()
     model = registry.get_model(name)
     if model.commit and model.files is not None:
         logger.info("%s is pinned to %s@%s (%d files)", name, model.repo_id, model.commit, len(model.files))

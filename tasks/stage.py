@@ -24,7 +24,8 @@ from weightkeeper.registry import Holder
 from weightkeeper.registry.leases import Kind
 from weightkeeper.registry.common import DOWNLOADING, FAILED, PENDING
 from weightkeeper.credentials import load_token
-from weightkeeper.runtime import download_slot, runtime
+from weightkeeper.runtime import download_slot
+from weightkeeper.context import current
 from weightkeeper.s3 import stage_snapshot
 from weightkeeper.sources import pace, s3_client
 
@@ -42,7 +43,7 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
     lease on the model lets `delete-model` wait for this run; a deletion stops it at its next beat.
     """
     logger = get_run_logger()
-    settings, registry = runtime()
+    settings, registry = current()
     model = registry.get_model(name)
     uri = staging_uri(settings.s3.bucket, settings.s3.prefix, snapshot.repo_id, snapshot.commit)
     holder = Holder.here(f"stage/{flow_run.id or 'local'}")

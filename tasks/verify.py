@@ -20,7 +20,8 @@ from weightkeeper.registry import Holder, Model, Registry
 from weightkeeper.registry.leases import Kind
 from weightkeeper.registry.artifacts import A_DOWNLOADING, A_FAILED, A_PENDING, A_READY, A_REPAIRING
 from weightkeeper.registry.common import FAILED, READY, utcnow
-from weightkeeper.runtime import download_slot, runtime
+from weightkeeper.runtime import download_slot
+from weightkeeper.context import current
 from weightkeeper.sharing import discard, mark_ready, unmark_ready
 from weightkeeper.sources import fetch_model_files
 from weightkeeper.verify import Problem, verify_copy
@@ -63,7 +64,7 @@ def _refetch(settings: Settings, snapshot: Snapshot, root: Dir, model: Model, pr
 def verify_shared_copy(artifact_id: int) -> str:
     """Cheap check every pass, full hash when due; repair in place, failing the copy's models meanwhile."""
     logger = get_run_logger()
-    settings, registry = runtime()
+    settings, registry = current()
     artifact = registry.get_artifact(artifact_id)
     if artifact is None or artifact.state in (A_PENDING, A_DOWNLOADING):
         return "not downloaded"
@@ -136,7 +137,7 @@ def _repair_shared_copy(settings, registry: Registry, artifact, files, problems,
 def verify_model_path(name: str, path_id: int) -> str:
     """The same check and repair for a model's own copy (not linked to a shared one)."""
     logger = get_run_logger()
-    settings, registry = runtime()
+    settings, registry = current()
     model = registry.find_model(name)
     entry = next((p for p in model.local_paths if p.id == path_id), None) if model else None
     if entry is None:

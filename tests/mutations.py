@@ -379,6 +379,9 @@ MUTATIONS = {
     "limit-creation-race": ("weightkeeper/runtime.py", "            except ObjectAlreadyExists:  # another run",
                             "            except ZeroDivisionError:  # another run",
                             "tests/test_slots.py::test_a_limit_another_run_creates_meanwhile_is_resized_not_an_error"),
+    "worker-outlives-serve": (
+        "weightkeeper/worker.py", "        exit_with_parent(int(parent))", "        pass",
+        "tests/test_serve.py::test_a_worker_exits_with_the_serve_that_started_it_even_when_that_is_killed"),
 }
 
 

@@ -146,3 +146,22 @@ def test_prefect_server_options_are_refused_when_prefect_api_url_names_the_serve
         refused = subprocess.run([sys.executable, "-m", "weightkeeper.cli", "serve", *option], capture_output=True,
                                  text=True, env=dict(os.environ, WEIGHTKEEPER_CONFIG=str(wk.config)), timeout=120)
         assert refused.returncode == 2 and "PREFECT_API_URL names one" in refused.stderr, refused.stderr
+
+
+def test_a_worker_exits_with_the_serve_that_started_it_even_when_that_is_killed(tmp_path):
+    """`serve` killed with SIGKILL runs no cleanup: its workers notice they lost their parent and stop."""
+    starter = subprocess.Popen([sys.executable, "-c", f"""
+import os, sys, time
+from pathlib import Path
+from weightkeeper.prefectserver import PARENT_ENV, spawn
+worker = spawn(["weightkeeper.worker", "--pool", "orphan-check", "--type", "process"], Path({str(tmp_path)!r}) / "w.log",
+               dict(os.environ, **{{PARENT_ENV: str(os.getpid())}}))
+print(worker.pid, flush=True)
+time.sleep(600)
+"""], stdout=subprocess.PIPE, text=True)
+    worker = int(starter.stdout.readline())
+    wait_until(lambda: "started" in (tmp_path / "w.log").read_text(errors="replace"), 60, "the worker to start")
+    starter.send_signal(signal.SIGKILL)
+    starter.wait()
+    wait_until(lambda: not os.path.exists(f"/proc/{worker}") or "Z" in open(f"/proc/{worker}/stat").read().split()[2],
+               30, "the worker to exit")

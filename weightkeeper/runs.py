@@ -26,7 +26,8 @@ from weightkeeper.registry import Holder, Registry
 from weightkeeper.registry.common import utcnow
 from weightkeeper.registry.leases import Kind, Lease, abandoned
 from weightkeeper.registry.runs import reservation
-from weightkeeper.runtime import prefect_settings, runtime
+from weightkeeper.runtime import prefect_settings
+from weightkeeper.context import current
 
 F = TypeVar("F", bound=Callable[..., str])
 R = TypeVar("R")
@@ -137,7 +138,7 @@ def holds_run_lease(flow: str) -> Callable[[F], F]:
     def wrap(fn: F) -> F:
         @functools.wraps(fn)
         def run(name: str, *args, **kwargs) -> str:
-            settings, registry = runtime()
+            settings, registry = current()
             holder = Holder.here(str(flow_run.id) if flow_run.id else f"process/{uuid.uuid4()}")
             try:
                 other = _claim(registry, settings, name, flow, holder)

@@ -1,4 +1,4 @@
-"""What a task needs at run time: settings, the registry, the download limit."""
+"""Download slots (Prefect's global concurrency limit) and the Prefect settings a run here starts with."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from prefect.settings.legacy import Setting
 
 from weightkeeper.config import DOWNLOAD_LIMIT_NAME, Settings
 from weightkeeper.errors import DownloadError
-from weightkeeper.registry import Registry
 
 SLOT_POLL_SECONDS = 1.0
 SLOT_LEASE_SECONDS = 60.0  # the shortest lease Prefect's server grants (`lease_duration` >= 60)
@@ -45,12 +44,6 @@ def prefect_settings(updates: dict[Setting, Any]) -> prefect.context.SettingsCon
         updated = context.settings.copy_with_update(updates=updates)
         _PREFECT_SETTINGS[key] = (context.settings, updated)
     return prefect.context.SettingsContext(profile=context.profile, settings=updated)
-
-
-def runtime() -> tuple[Settings, Registry]:
-    from weightkeeper.context import current
-
-    return current()
 
 
 def ensure_download_limit(settings: Settings) -> None:
