@@ -382,6 +382,9 @@ MUTATIONS = {
     "worker-outlives-serve": (
         "weightkeeper/worker.py", "        exit_with_parent(int(parent))", "        pass",
         "tests/test_serve.py::test_a_worker_exits_with_the_serve_that_started_it_even_when_that_is_killed"),
+    "mutants-of-flows-and-tasks-not-applied": (
+        "tests/mutations.py", '    for package in ("flows", "tasks"):\n', "    for package in ():\n",
+        "tests/test_mutations.py::test_every_module_of_a_scratch_copy_is_imported_from_the_copy"),
 }
 
 
@@ -434,6 +437,14 @@ def _why(proc: subprocess.CompletedProcess, tree: Path) -> str:
     return next((line for line in out + err if re.match(r"ERROR(:| \S+\.py)", line)), (out or err or ["?"])[-1])
 
 
+def copy_tree(root: Path, tree: Path) -> None:
+    """A scratch copy of the repository whose every module is imported from the copy (with PYTHONPATH=tree):
+    flows/ and tasks/ are installed as weightkeeper.flows/.tasks, which the editable install maps to `root`."""
+    shutil.copytree(root, tree, ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__"))
+    for package in ("flows", "tasks"):
+        (tree / "weightkeeper" / package).symlink_to(f"../{package}")
+
+
 def run(name: str, entry: tuple, root: Path = ROOT) -> tuple[str, str]:
     """Apply one mutation to a scratch copy of `root` and run its named tests there: (verdict, why)."""
     path, _, _, tests = entry
@@ -444,7 +455,7 @@ def run(name: str, entry: tuple, root: Path = ROOT) -> tuple[str, str]:
     scratch = Path(tempfile.mkdtemp(prefix=f"wk-mut-{name}-"))
     try:
         tree, report = scratch / "tree", scratch / "report.xml"
-        shutil.copytree(root, tree, ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__"))
+        copy_tree(root, tree)
         (tree / path).write_text(text)
         env = dict(os.environ, PYTHONPATH=str(tree), WK_TEST_DB="")
         command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",

@@ -36,3 +36,20 @@ def test_only_a_failing_named_test_catches_a_mutation(entry, verdict, why):
 
 def test_every_entry_breaks_a_text_found_once_and_names_tests_that_exist():
     assert check(MUTATIONS) == {}
+
+
+def test_every_module_of_a_scratch_copy_is_imported_from_the_copy(tmp_path):
+    """flows/ and tasks/ install as weightkeeper.flows/.tasks (mapped to the repository): a mutation of them
+    must still reach the copy's tests."""
+    import os
+    import subprocess
+    import sys
+
+    from mutations import ROOT, copy_tree
+
+    copy_tree(ROOT, tmp_path / "tree")
+    found = subprocess.run([sys.executable, "-c", "import weightkeeper.tasks.download as t, weightkeeper.flows.jobs as f,"
+                            " weightkeeper.config as c; print(t.__file__); print(f.__file__); print(c.__file__)"],
+                           cwd=tmp_path / "tree", env=dict(os.environ, PYTHONPATH=str(tmp_path / "tree")),
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert all(path.startswith(str(tmp_path / "tree")) for path in found), found
