@@ -440,7 +440,11 @@ def _why(proc: subprocess.CompletedProcess, tree: Path) -> str:
 def copy_tree(root: Path, tree: Path) -> None:
     """A scratch copy of the repository whose every module is imported from the copy (with PYTHONPATH=tree):
     flows/ and tasks/ are installed as weightkeeper.flows/.tasks, which the editable install maps to `root`."""
-    shutil.copytree(root, tree, ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__"))
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        skipped = {".venv", ".git", "__pycache__"} & set(names)
+        return skipped | ({"flows", "tasks"} & set(names) if Path(folder) == root / "weightkeeper" else set())
+
+    shutil.copytree(root, tree, ignore=ignore)
     for package in ("flows", "tasks"):
         (tree / "weightkeeper" / package).symlink_to(f"../{package}")
 
