@@ -5,7 +5,6 @@ failures, so failover and every other rule apply to both."""
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from weightkeeper.errors import InvalidInputError
 from weightkeeper.kube import job_variables
 from weightkeeper.planning import MAX_FAILOVERS, failover_workspace
 from weightkeeper.registry import Holder, LocalPath, Model, Registry
-from weightkeeper.registry.common import FAILED, READY, utcnow
+from weightkeeper.registry.common import FAILED, READY, this_host, utcnow
 from weightkeeper.registry.leases import abandoned
 from weightkeeper.runs import mark_run_crashed
 from weightkeeper.context import current
@@ -66,7 +65,7 @@ def child_alive(path: LocalPath, run_id: uuid.UUID) -> bool:
     child does not hold (not claimed yet, done, or waiting for another holder) says nothing: True."""
     lease = path.lease
     mine = lease is not None and lease.holder.run == f"{run_id}/{path.id}"  # weightkeeper.tasks.download.path_holder
-    return not (mine and abandoned(lease, utcnow(), socket.gethostname()))
+    return not (mine and abandoned(lease, utcnow(), this_host()))
 
 
 def _outcome(flow: str, path: LocalPath, run_id, state: State | None) -> JobFailure | None:
@@ -190,7 +189,7 @@ def _record(registry: Registry, name: str, failure: JobFailure) -> None:
     if path is None or failure.stopped or path.status in (READY, FAILED):
         return
     lease = path.lease
-    holder = lease.holder if lease and abandoned(lease, utcnow(), socket.gethostname()) else NOBODY
+    holder = lease.holder if lease and abandoned(lease, utcnow(), this_host()) else NOBODY
     registry.path_failed(name, path.id, holder, f"{failure.message}; `weightkeeper model ensure {name}` resumes it")
 
 

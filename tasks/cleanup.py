@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import time
 from dataclasses import dataclass
 
@@ -24,7 +23,7 @@ from weightkeeper.guard import check_removable, check_staged_prefix
 from weightkeeper.pods import live_pods
 from weightkeeper.lease import renewed
 from weightkeeper.registry import Holder, Model
-from weightkeeper.registry.common import utcnow
+from weightkeeper.registry.common import this_host, utcnow
 from weightkeeper.registry.leases import CLEANUP, Kind, Lease, abandoned, process_alive
 from weightkeeper.context import current
 from weightkeeper.s3 import delete_prefix
@@ -37,7 +36,7 @@ TERM_GRACE_SECONDS = 10.0
 
 def _alive_here(holder: Holder) -> bool:
     """True when the holder's process still runs on this host (same pid and start time)."""
-    if holder.host != socket.gethostname() or holder.pid == os.getpid() or holder.started <= 0:
+    if holder.host != this_host() or holder.pid == os.getpid() or holder.started <= 0:
         return False
     return process_alive(holder)
 
@@ -56,7 +55,7 @@ def _running(model: Model) -> list[_Work]:
             if p.lease is not None and p.lease.purpose != CLEANUP]
     if model.staging_lease is not None:
         work.append(_Work(f"staging to {model.staging_uri}", model.staging_lease))
-    now, here = utcnow(), socket.gethostname()
+    now, here = utcnow(), this_host()
     return [w for w in work if not abandoned(w.lease, now, here) or _alive_here(w.lease.holder)]
 
 

@@ -344,7 +344,7 @@ MUTATIONS = {
                                    "tests/test_slots.py::test_a_missing_limit_fails_the_download_for_good_and_"
                                    "unlimited_downloads_need_none"),
     "path-job-dead-worker-waited-for": ("flows/jobs.py",
-                                        "    return not (mine and abandoned(lease, utcnow(), socket.gethostname()))",
+                                        "    return not (mine and abandoned(lease, utcnow(), this_host()))",
                                         "    return True",
                                         "tests/test_paths_flow.py::test_a_deployed_ensure_whose_worker_dies_ends_with_a_"
                                         "message tests/test_paths_flow.py::test_only_the_childs_own_abandoned_lease_"
@@ -365,7 +365,7 @@ MUTATIONS = {
                                     "naming_the_pool"),
     "path-job-failure-takes-a-live-lease": (
         "flows/jobs.py",
-        "    holder = lease.holder if lease and abandoned(lease, utcnow(), socket.gethostname()) else NOBODY",
+        "    holder = lease.holder if lease and abandoned(lease, utcnow(), this_host()) else NOBODY",
         "    holder = lease.holder if lease else NOBODY",
         "tests/test_paths_flow.py::test_a_failure_is_recorded_only_on_a_path_nobody_works_on"),
     "stop-waits-for-dead-holders": (
@@ -385,6 +385,10 @@ MUTATIONS = {
     "mutants-of-flows-and-tasks-not-applied": (
         "tests/mutations.py", '    for package in ("flows", "tasks"):\n', "    for package in ():\n",
         "tests/test_mutations.py::test_every_module_of_a_scratch_copy_is_imported_from_the_copy"),
+    "containers-share-a-host": (
+        "weightkeeper/registry/common.py",
+        "    return host if namespace == INIT_PID_NAMESPACE else f\"{host}/{namespace.removeprefix('pid:').strip('[]')}\"",
+        "    return host", "tests/test_leases.py::test_a_container_is_a_host_of_its_own"),
 }
 
 

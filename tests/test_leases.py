@@ -6,7 +6,6 @@ import contextlib
 import itertools
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,7 +18,7 @@ from test_lifecycle import wait_until
 
 from weightkeeper.lease import RENEWER, renewed
 from weightkeeper.registry import Holder, open_registry
-from weightkeeper.registry.common import process_start_time, utcnow
+from weightkeeper.registry.common import process_start_time, this_host, utcnow
 from weightkeeper.registry.leases import Kind, Lease, abandoned, takeable
 
 NOW = utcnow()
@@ -58,7 +57,7 @@ def test_a_dead_process_of_this_host_is_taken_over_at_once_and_a_reused_pid_is_n
     path_id = registry.create_model(spec("m"), plan("/v/models/o--n")).local_paths[0].id
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    gone = Holder("gone", socket.gethostname(), dead.pid, 123.0)
+    gone = Holder("gone", this_host(), dead.pid, 123.0)
     assert registry.claim_download("m", path_id, gone, 600).ok
     assert registry.claim_download("m", path_id, Holder.here("next"), 600).ok  # at once, not after 600 s
     me = Holder.here("me")  # this very process under another start time is a reused pid: gone
@@ -159,3 +158,22 @@ def test_delete_wait_right_after_a_killed_create_releases_without_waiting_out_th
     out = cli(wk, "model", "delete", "dropped", "--wait")
     assert time.monotonic() - started < 60 and "released" in out.stdout
     assert wk.registry.find_model("dropped") is None and not os.path.lexists(path)
+
+
+def test_a_container_is_a_host_of_its_own(monkeypatch):
+    """pids mean something only within their namespace: two containers with one host name are two hosts, so
+    neither takes the other's live lease for a dead process."""
+    import weightkeeper.registry.common as common
+
+    for namespace, expected in (("pid:[4026531836]", socket_host()), ("pid:[4026532411]", f"{socket_host()}/4026532411")):
+        monkeypatch.setattr(common.os, "readlink", lambda path, ns=namespace: ns)
+        common.this_host.cache_clear()
+        assert common.this_host() == expected
+    monkeypatch.undo()
+    common.this_host.cache_clear()
+
+
+def socket_host() -> str:
+    import socket
+
+    return socket.gethostname()

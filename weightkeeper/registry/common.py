@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import socket
@@ -54,7 +55,22 @@ class Holder:
 
     @classmethod
     def here(cls, run: str) -> Holder:
-        return cls(run=run, host=socket.gethostname(), pid=os.getpid(), started=process_start_time(os.getpid()))
+        return cls(run=run, host=this_host(), pid=os.getpid(), started=process_start_time(os.getpid()))
+
+
+INIT_PID_NAMESPACE = "pid:[4026531836]"  # the kernel's first pid namespace (PROC_PID_INIT_INO)
+
+
+@functools.cache
+def this_host() -> str:
+    """This host as lease holders name it: its host name, and in a container also its pid namespace, since a
+    pid (and so "that process is gone") means something only within its namespace."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = INIT_PID_NAMESPACE
+    host = socket.gethostname()
+    return host if namespace == INIT_PID_NAMESPACE else f"{host}/{namespace.removeprefix('pid:').strip('[]')}"
 
 
 def process_start_time(pid: int) -> float:

@@ -9,7 +9,6 @@ guard, and `weightkeeper.lease` renews them from one thread per process.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,7 +16,7 @@ from enum import StrEnum
 
 from sqlalchemy import delete, select
 
-from weightkeeper.registry.common import DELETING, Holder, _utc, process_start_time, utcnow
+from weightkeeper.registry.common import DELETING, Holder, _utc, process_start_time, this_host, utcnow
 from weightkeeper.registry.schema import LeaseRow, LocalPathRow, ModelRow
 
 
@@ -84,7 +83,7 @@ class LeaseOps:
     def _blocker(self, s, kind: str, key: int, holder: Holder) -> Lease | None:
         """The lease that keeps `holder` from taking it, if any."""
         row = self._lease_row(s, kind, key)
-        if row is None or takeable(lease := as_lease(row), holder, utcnow(), socket.gethostname()):
+        if row is None or takeable(lease := as_lease(row), holder, utcnow(), this_host()):
             return None
         return lease
 

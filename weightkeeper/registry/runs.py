@@ -7,12 +7,11 @@ over and holds the lease while it works. delete-model takes the lease over from 
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass
 
 from sqlalchemy import select
 
-from weightkeeper.registry.common import Holder, utcnow
+from weightkeeper.registry.common import Holder, this_host, utcnow
 from weightkeeper.registry.leases import Kind, Lease, abandoned, as_lease
 from weightkeeper.registry.schema import LeaseRow, ModelRow
 
@@ -42,7 +41,7 @@ class RunLease:
     @property
     def fresh(self) -> bool:
         """A live run holds it (neither lapsed nor left by a process of this host that is gone)."""
-        return not abandoned(self.lease, utcnow(), socket.gethostname())
+        return not abandoned(self.lease, utcnow(), this_host())
 
 
 class RunOps:
