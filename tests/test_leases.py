@@ -133,8 +133,13 @@ def test_create_wait_killed_mid_download_then_ensure_wait_takes_over_at_once(wk,
     assert "whose process is gone" in out.stdout + out.stderr
     from prefect.client.orchestration import get_client
 
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
     with get_client(sync_client=True) as client:
         assert client.read_flow_run(dead_run).state.name == "Crashed"
+        (child,) = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[dead_run])))  # its in-process download-to-path
+        assert child.name == "download-takeover-team-a" and child.state.name == "Crashed"
 
 
 def test_delete_wait_right_after_a_killed_create_releases_without_waiting_out_the_lease(wk, hub):

@@ -13,6 +13,7 @@ from uuid import UUID
 import prefect.context
 from prefect import get_run_logger
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run
@@ -56,12 +57,18 @@ def run_here(flow: Callable[..., R], *args, wait_for_lease: bool = False) -> R:
 
 
 def mark_run_crashed(run_id: str, message: str) -> str:
-    """Show a Prefect flow run whose process is gone as Crashed instead of Running; its final state name."""
+    """Show a Prefect flow run whose process is gone as Crashed instead of Running, with the subflow runs it
+    ran in that process (a deployed child runs elsewhere and answers for itself); its final state name."""
     with get_client(sync_client=True) as client:
         state = client.read_flow_run(UUID(run_id)).state
         if state is None or state.is_final():
             return state.name if state else "unknown"
         client.set_flow_run_state(UUID(run_id), Crashed(message=message), force=True)
+        children = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[UUID(run_id)])))
+        for child in children:
+            if child.deployment_id is None and child.state is not None and not child.state.is_final():
+                client.set_flow_run_state(child.id, Crashed(message=f"its parent run {run_id} crashed"), force=True)
     return "Crashed"
 
 
