@@ -235,17 +235,27 @@ def test_directory_another_live_model_owns_is_kept_even_if_both_claim_it(wk, hub
     wk.declare("keeper", "hf://acme/both", workspaces=["team-a"])
     assert ensure_model("keeper") == "Ready"
     other = wk.declare("other", "hf://acme/both", workspaces=["team-a", "team-b"])
+    made = wk.registry.get_model("keeper").local_paths[0].made  # as if "other" had made the directory too
     with wk.registry.engine.begin() as conn:
-        conn.execute(update(LocalPathRow).where(LocalPathRow.id == other.local_paths[0].id).values(owned=True))
+        conn.execute(update(LocalPathRow).where(LocalPathRow.id == other.local_paths[0].id).values(owned=True,
+                                                                                                   made=made))
     assert delete_model("other") == "Released"
     assert fetched_files(wk.registry.get_model("keeper").local_paths[0].path)
 
 
 def test_files_the_model_never_put_down_are_untouched(wk, hub):
+    from sqlalchemy import update
+
+    from weightkeeper.registry.schema import LocalPathRow
+
     model = wk.declare("never-ran", "hf://acme/never-ran", workspaces=["team-a"])
     path = Path(model.local_paths[0].path)
     path.mkdir(parents=True)
     (path / "someone-elses.safetensors").write_bytes(b"precious")
+    st = path.stat()  # even a registry that recorded the directory as made by it: never owned, never removed
+    with wk.registry.engine.begin() as conn:
+        conn.execute(update(LocalPathRow).where(LocalPathRow.id == model.local_paths[0].id).values(
+            made=f"{st.st_dev}:{st.st_ino}"))
     assert delete_model("never-ran") == "Released"
     assert (path / "someone-elses.safetensors").read_bytes() == b"precious"
 
