@@ -125,7 +125,9 @@ def test_stale_lease_can_be_taken_over(registry):
 
 
 def test_no_lost_updates_under_concurrent_writers(registry):
-    registry.create_model(spec("m"), plan("/v/models/o--n"))
+    path_id = registry.create_model(spec("m"), plan("/v/models/o--n")).local_paths[0].id
+    parallel(8, lambda i: [registry.fail_over("m", path_id, f"ws{i}", 1000) for _ in range(10)])
+    assert registry.get_model("m").local_paths[0].failover_attempts == 80  # each increment on a locked row
     parallel(8, lambda i: [registry.cleanup_failed("m", 10 * i + k + 1, f"w{i}") for k in range(10)])
     assert registry.get_model("m").cleanup_attempts == 80
     registry.cleanup_failed("m", 81, "again")
