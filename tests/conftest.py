@@ -371,3 +371,19 @@ def s3(wk, hub, s3_server, monkeypatch):
     wk._s3 = {"bucket": bucket, "prefix": env.prefix, "endpoint_url": proxy.url, "region": "us-east-1"}
     write_config(wk, hf_endpoint=hub.url)
     return env
+
+
+@pytest.fixture
+def download_limit(wk):
+    """The download limit, made afresh (for tests that count its slots): a process another test killed while it
+    held a slot leaves its lease behind for up to a minute."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    from weightkeeper.config import DOWNLOAD_LIMIT_NAME
+    from weightkeeper.runtime import ensure_download_limit, slots_in_use
+
+    with get_client(sync_client=True) as client, contextlib.suppress(ObjectNotFound):
+        client.delete_global_concurrency_limit_by_name(DOWNLOAD_LIMIT_NAME)
+    ensure_download_limit(wk.settings)
+    assert slots_in_use()[0] == 0

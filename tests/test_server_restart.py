@@ -57,7 +57,7 @@ def release(holder: subprocess.Popen) -> None:
     assert holder.wait(60) == 0
 
 
-def test_a_slot_is_renewed_across_a_server_restart_and_a_dead_holders_slot_is_freed(wk, monkeypatch):
+def test_a_slot_is_renewed_across_a_server_restart_and_a_dead_holders_slot_is_freed(wk, monkeypatch, download_limit):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
     from prefect.exceptions import ObjectAlreadyExists
@@ -147,7 +147,7 @@ FAULTS = {
 
 
 @pytest.mark.parametrize("faults", FAULTS.values(), ids=FAULTS.keys())
-def test_slot_requests_the_server_refuses_are_retried_or_outlived(wk, faults):
+def test_slot_requests_the_server_refuses_are_retried_or_outlived(wk, faults, download_limit):
     from prefect.settings import PREFECT_API_URL
 
     from weightkeeper.runtime import ensure_download_limit

@@ -41,7 +41,7 @@ def test_a_missing_limit_fails_the_download_for_good_and_unlimited_downloads_nee
         ensure_download_limit(wk.settings)
 
 
-def test_while_every_slot_is_taken_on_wait_is_called_and_can_stop_the_wait(wk):
+def test_while_every_slot_is_taken_on_wait_is_called_and_can_stop_the_wait(wk, download_limit):
     from weightkeeper.runtime import download_slot, ensure_download_limit
 
     wk.rewrite(max_concurrent_downloads=1)
