@@ -75,21 +75,28 @@ def start_session_server() -> None:
 
 
 @contextlib.contextmanager
+def fresh_database(prefix: str):
+    """A new database on the real PostgreSQL server, dropped afterwards: its name."""
+    import psycopg
+
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    try:
+        yield name
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@contextlib.contextmanager
 def prefect_database():
     """The session Prefect server's own PostgreSQL database (`WK_TEST_PREFECT_DB=postgresql`), else None."""
     if os.environ.get("WK_TEST_PREFECT_DB") != "postgresql":
         yield None
         return
-    import psycopg
-
-    name = f"wk_prefect_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    try:
+    with fresh_database("wk_prefect") as name:
         yield f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"
-    finally:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def pytest_configure(config):
@@ -137,33 +144,21 @@ def registry_base_url():
     if os.environ.get("WK_TEST_DB") != "postgresql":
         yield None
         return
-    import psycopg
-
-    name = f"wk_test_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    with fresh_database("wk_test") as name:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
 
 
 @pytest.fixture
 def pg_url():
     """A fresh PostgreSQL database for one test (the registry's multi-host configuration)."""
-    import psycopg
-
-    name = f"wk_test_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
     from weightkeeper.registry import store
 
-    with store._engines_lock:
-        engine = store._engines.pop(f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}", None)
-    if engine:
-        engine.dispose()
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    with fresh_database("wk_test") as name:
+        yield (url := f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}")
+        with store._engines_lock:
+            engine = store._engines.pop(url, None)
+        if engine:
+            engine.dispose()
 
 
 @dataclass
