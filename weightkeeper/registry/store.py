@@ -28,7 +28,10 @@ from weightkeeper.errors import ConflictError, InvalidInputError, NotFoundError
 from weightkeeper.layout import REUSE_IF_EXISTS
 from weightkeeper.planning import Plan, path_decision
 from weightkeeper.registry.artifacts import ArtifactOps
+from weightkeeper.registry.budget import BudgetOps
 from weightkeeper.registry.leases import CLEANUP, Kind, Lease, LeaseOps
+from weightkeeper.registry.listing import ListOps
+from weightkeeper.registry.metrics import MetricOps
 from weightkeeper.registry.runs import RunOps
 from weightkeeper.registry.common import (
     CLEANING,
@@ -224,7 +227,7 @@ def open_registry(url: str) -> Registry:
 _PATH_LOCK = 7_243_001  # advisory lock key for decisions that read other models' paths
 
 
-class Registry(ArtifactOps, RunOps, LeaseOps):
+class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps):
     def __init__(self, engine: Engine):
         self.engine = engine
 
