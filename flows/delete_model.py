@@ -36,5 +36,5 @@ def delete_model(name: str) -> str:
         remove_staged_snapshot.with_options(retries=CLEANUP_RETRIES, retry_delay_seconds=cleanup_delays(
             settings.cleanup_retry_seconds, settings.cleanup_retry_max_seconds))(name)
     release_model(name)
-    publish_paths(name)
+    publish_paths(name, registry.find_model(name))
     return "Released"

@@ -6,7 +6,7 @@ from prefect import flow, get_run_logger
 
 from weightkeeper.flows.jobs import deployed, download_paths
 from weightkeeper.tasks.cleanup import clean_path
-from weightkeeper.tasks.report import finish_model, publish_paths
+from weightkeeper.tasks.report import finish_model
 from weightkeeper.tasks.snapshot import resolve_revision
 from weightkeeper.tasks.stage import stage_to_s3
 from weightkeeper.config import ENSURE_FLOW
@@ -43,7 +43,6 @@ def ensure_model(name: str) -> str:
         elif registry.get_model(name).phase != FAILED:
             registry.set_phase(name, FAILED, f"cannot {step} {model.source}: {snapshot.message}")
     phase = finish_model(name)
-    publish_paths(name)
     model = registry.find_model(name)
     logger.info("%s is %s%s", name, phase, f": {model.message}" if model else "")
     return phase

@@ -77,18 +77,25 @@ def _outcome(flow: str, path: LocalPath, run_id, state: State | None) -> JobFail
                       crashed=bool(state and state.is_crashed()), stopped=bool(state and state.is_cancelled()))
 
 
-@task(name="run-path-job", cache_policy=NO_CACHE)
-def _run_here(flow: str, name: str, path: LocalPath) -> JobFailure | None:
-    """One path's flow as a subflow of this run. Called from a task, so that subflows started together
-    each get their own parent task run (Prefect numbers those of plain threads racily)."""
+def _subflow(flow: str, name: str, path: LocalPath) -> JobFailure | None:
+    """One path's flow as a subflow of the current run."""
     state = PATH_FLOWS[flow].with_options(flow_run_name=job_run_name(flow, name, path.workspace))(
         name, path.id, return_state=True)
     return _outcome(flow, path, state.state_details.flow_run_id, state)
 
 
+@task(name="run-path-job", cache_policy=NO_CACHE)
+def _run_here(flow: str, name: str, path: LocalPath) -> JobFailure | None:
+    """One path's flow as a subflow of this run. Called from a task, so that subflows started together
+    each get their own parent task run (Prefect numbers those of plain threads racily)."""
+    return _subflow(flow, name, path)
+
+
 def _jobs_here(flow: str, name: str, paths: list[LocalPath]) -> list[JobFailure]:
     """Run each path's flow here, concurrently, and wait: the runs live and die with this process, and their
-    own steps have deadlines."""
+    own steps have deadlines. A single path runs as a subflow of the lifecycle run itself: no task around it."""
+    if len(paths) == 1:
+        return [failure] if (failure := _subflow(flow, name, paths[0])) else []
     futures = [(p, _run_here.with_options(task_run_name=f"run-{job_run_name(flow, name, p.workspace)}")
                 .submit(flow, name, p)) for p in paths]
     failed = []

@@ -7,9 +7,10 @@ from prefect import flow
 
 from weightkeeper.tasks.cleanup import clean_path
 from weightkeeper.tasks.download import download_snapshot, record_size
-from weightkeeper.tasks.snapshot import resolve_revision
+from weightkeeper.tasks.snapshot import pinned, resolve_revision
 from weightkeeper.config import CLEAN_FLOW, DOWNLOAD_FLOW, Settings
 from weightkeeper.context import current
+from weightkeeper.registry import Model
 
 CLEANUP_RETRIES = 10
 MARGIN_SECONDS = 600  # for what a run does besides its bounded steps: start, claim, slot wait, verification
@@ -20,17 +21,17 @@ def cleanup_delays(first: float, cap: float, retries: int = CLEANUP_RETRIES) -> 
     return [min(first * 2**i, cap) for i in range(retries)]
 
 
-def _workspace(name: str, path_id: int) -> str:
-    _, registry = current()
-    model = registry.find_model(name)
+def _workspace(model: Model | None, path_id: int) -> str:
     return next((p.workspace for p in model.local_paths if p.id == path_id), "gone") if model else "gone"
 
 
 @flow(name=DOWNLOAD_FLOW)  # runs are named download-<model>-<workspace> by whoever starts them
 def download_to_path(name: str, path_id: int):
     """Fill one path of a model that ensure-model resolved, then record its size."""
-    ws = _workspace(name, path_id)
-    snapshot = resolve_revision(name)  # pinned by ensure-model: read from the registry, no request
+    _, registry = current()
+    model = registry.find_model(name)
+    ws = _workspace(model, path_id)
+    snapshot = (model and pinned(model)) or resolve_revision(name)  # pinned by ensure-model: no task, no request
     state = download_snapshot.with_options(task_run_name=f"download-{name}-{ws}")(
         name, path_id, snapshot, return_state=True)
     if not state.is_completed():
@@ -41,9 +42,9 @@ def download_to_path(name: str, path_id: int):
 @flow(name=CLEAN_FLOW)
 def clean_one_path(name: str, path_id: int) -> str:
     """Remove one path of a deleting model (guarded, retried with back-off)."""
-    settings, _ = current()
+    settings, registry = current()
     cleaner = clean_path.with_options(
-        task_run_name=f"clean-{name}-{_workspace(name, path_id)}", retries=CLEANUP_RETRIES,
+        task_run_name=f"clean-{name}-{_workspace(registry.find_model(name), path_id)}", retries=CLEANUP_RETRIES,
         retry_delay_seconds=cleanup_delays(settings.cleanup_retry_seconds, settings.cleanup_retry_max_seconds))
     return cleaner(name, path_id)
 

@@ -3,21 +3,27 @@ is not, collect unused shared copies, report directories that no model owns."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
+from prefect.utilities.annotations import quote
 
 from weightkeeper.flows.jobs import deployed
 from weightkeeper.tasks.cleanup import collect_shared_copy
-from weightkeeper.tasks.verify import verify_model_path, verify_shared_copy
+from weightkeeper.tasks.verify import Copy, check_copies, verify_model_path, verify_shared_copy
 from weightkeeper.config import DELETE_FLOW, RECONCILE_FLOW, Settings
 from weightkeeper.desired import IN_PROGRESS, needed_run, orphans
 from weightkeeper.errors import NotFoundError
-from weightkeeper.registry import Registry
-from weightkeeper.registry.common import DELETING, FAILED, READY
+from weightkeeper.registry import Model, Registry
+from weightkeeper.registry.artifacts import A_DOWNLOADING, A_PENDING, A_READY, Artifact
+from weightkeeper.registry.common import DELETING, FAILED, READY, utcnow
+from weightkeeper.registry.runs import RunLease
 from weightkeeper.runs import NoDeployment, flow_run_of, mark_run_crashed, reserve, start_deployment
+from weightkeeper.verify import hash_due, listed
 from weightkeeper.runtime import ensure_download_limit
 from weightkeeper.context import current
 
@@ -55,12 +61,11 @@ def _run_here(flow_name: str, name: str) -> str:
     return state.result() if state.is_completed() else f"{state.name}: {state.message}"
 
 
-def _drive_models(settings: Settings, registry: Registry) -> dict[str, str]:
+def _drive_models(models: list[Model], runs: dict[str, RunLease]) -> dict[str, str]:
     logger = get_run_logger()
-    leases = registry.run_leases()
     outcomes: dict[str, str] = {}
-    for model in registry.list_models(include_deleting=True):
-        lease = leases.get(model.name)
+    for model in models:
+        lease = runs.get(model.name)
         if lease is not None and not lease.fresh and (run_id := flow_run_of(lease.lease)):
             logger.warning("%s: run %s of %s has not renewed its lease since %s; treated as crashed", model.name,
                            run_id, lease.flow, lease.lease.expires_at)
@@ -70,38 +75,78 @@ def _drive_models(settings: Settings, registry: Registry) -> dict[str, str]:
     return outcomes
 
 
+def _verify(settings: Settings, models: list[Model], artifacts: list[Artifact]) -> dict[str, str]:
+    """Every copy: the cheap check of all of them in one task, then a task of its own for each copy due for a
+    full hash, not Ready, or found damaged (it hashes, or repairs). Nothing else costs a task."""
+    now, interval = utcnow(), settings.verify_interval_seconds
+    outcomes = {a.path: "not downloaded" for a in artifacts if a.state in (A_PENDING, A_DOWNLOADING)}
+    shared = {a.path: a for a in artifacts if a.path not in outcomes}
+    own = {p.path: (m, p) for m in models if m.files and m.phase in (READY, FAILED)
+           for p in m.local_paths if p.artifact_id is None and p.owned and not p.retired  # retired: only cleaned
+           and p.status in (READY, FAILED)}
+    due = {path for path, a in shared.items() if a.state != A_READY or hash_due(a.verified_at, interval, now)}
+    due |= {path for path, (_, p) in own.items() if p.status != READY or hash_due(p.verified_at, interval, now)}
+    copies = [copy for path in shared.keys() - due if (copy := _copy(path, shared[path].files, True))] + \
+             [copy for path in own.keys() - due if (copy := _copy(path, own[path][0].files, False))]
+    damaged = check_copies(quote(copies)) if copies else {}
+    outcomes.update({copy.path: "checked" for copy in copies if copy.path not in damaged})
+    futures = {path: verify_shared_copy.with_options(task_run_name=f"verify-{a.id}").submit(a.id)
+               for path, a in shared.items() if path not in outcomes}
+    futures |= {path: verify_model_path.with_options(task_run_name=f"verify-{m.name}-{p.workspace}")
+                .submit(m.name, p.id) for path, (m, p) in own.items() if path not in outcomes}
+    for path, future in futures.items():
+        future.wait()
+        outcomes[path] = future.result() if future.state.is_completed() else f"error: {future.state.message}"
+    return outcomes
+
+
+def _copy(path: str, files: list, artifact: bool) -> Copy | None:
+    """The copy for the cheap check; None when its manifest is malformed (its own task says so)."""
+    entries = listed(files)
+    return Copy(path, entries, artifact) if entries is not None else None
+
+
 def _orphans(settings: Settings, registry: Registry) -> list[str]:
-    """Directories directly under each models dir that no model path or shared copy is at or below."""
-    recorded = [p.path for m in registry.list_models(include_deleting=True) for p in m.local_paths]
-    recorded += [a.path for a in registry.list_artifacts()]
-    found: list[str] = []
+    """Directories directly under each models dir that no model path or shared copy is at or below (the
+    recorded paths read after the directories are listed, so a model made meanwhile is never reported)."""
+    children: list[str] = []
     for ws in settings.workspaces:
         root = Path(ws.volume or "/nonexistent") / ws.models_dir
         if root.is_dir():
-            children = [str(c) for c in root.iterdir() if not c.name.startswith((".", "_artifacts"))
-                        and (c.is_dir() or c.is_symlink())]
-            found += orphans(children, recorded)
-    return sorted(set(found))
+            children += [str(c) for c in root.iterdir() if not c.name.startswith((".", "_artifacts"))
+                         and (c.is_dir() or c.is_symlink())]
+    return orphans(sorted(set(children)), registry.recorded_paths()) if children else []
+
+
+class Outcomes(Mapping[str, str]):
+    """A pass's outcome of each model and copy, by name or path. A mapping, not a dict: Prefect walks a flow's
+    dict result item by item (looking for futures), which cost a quarter of a pass at 20,000 copies."""
+
+    def __init__(self, outcomes: dict[str, str]):
+        self._outcomes = outcomes
+
+    def __getitem__(self, key: str) -> str:
+        return self._outcomes[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._outcomes)
+
+    def __len__(self) -> int:
+        return len(self._outcomes)
 
 
 @flow(name=RECONCILE_FLOW, flow_run_name="reconcile")
-def reconcile() -> dict[str, str]:
+def reconcile() -> Outcomes:
     """One pass: lifecycle runs for models not in their desired state, a size check of every copy (a full
     hash when due), repairs, garbage collection, and a report of orphaned directories (never deleted)."""
     logger = get_run_logger()
     settings, registry = current()
     ensure_download_limit(settings)  # repairs take download slots
-    outcomes = _drive_models(settings, registry)
-    shared = {a.path: verify_shared_copy.with_options(task_run_name=f"verify-{a.id}").submit(a.id)
-              for a in registry.list_artifacts()}
-    own = {p.path: verify_model_path.with_options(task_run_name=f"verify-{m.name}-{p.workspace}").submit(m.name, p.id)
-           for m in registry.list_models() if m.files
-           for p in m.local_paths if p.artifact_id is None and p.owned and not p.retired  # retired: only cleaned
-           and p.status in (READY, FAILED) and m.phase in (READY, FAILED)}
-    for path, future in {**shared, **own}.items():
-        future.wait()
-        outcomes[path] = future.result() if future.state.is_completed() else f"error: {future.state.message}"
-    for artifact in registry.list_artifacts():
+    models, runs = registry.reconcile_state()
+    outcomes = _drive_models(models, runs)
+    artifacts = registry.list_artifacts()
+    outcomes.update(_verify(settings, models, artifacts))
+    for artifact in artifacts:
         if not artifact.users:
             outcomes[artifact.path] = collect_shared_copy(artifact.id)
     found = _orphans(settings, registry)
@@ -114,5 +159,5 @@ def reconcile() -> dict[str, str]:
         "Directories under a models dir that no model owns. weightkeeper never deletes them: check and remove "
         f"them by hand.\n\n| directory |\n|---|\n{orphan_rows}\n"), description="Orphaned directories")
     logger.info("reconcile: %d entries: %s", len(outcomes),
-                ", ".join(f"{v}={list(outcomes.values()).count(v)}" for v in sorted(set(outcomes.values()))))
-    return outcomes
+                ", ".join(f"{v}={n}" for v, n in sorted(Counter(outcomes.values()).items())))
+    return Outcomes(outcomes)

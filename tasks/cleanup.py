@@ -25,6 +25,7 @@ from weightkeeper.lease import renewed
 from weightkeeper.registry import Holder, Model
 from weightkeeper.registry.common import this_host, utcnow
 from weightkeeper.registry.leases import CLEANUP, Kind, Lease, abandoned, process_alive
+from weightkeeper.registry.metrics import CLEANUP_SECONDS
 from weightkeeper.context import current
 from weightkeeper.s3 import delete_prefix
 from weightkeeper.sharing import file_lock, links_into, unmark_ready
@@ -140,8 +141,11 @@ def clean_path(name: str, path_id: int) -> str:
     if not registry.claim_cleanup(name, path_id, holder, settings.lease_seconds):
         registry.cleanup_failed(name, attempt, f"another run is cleaning {entry.path}; retrying")
         raise CleanupError(f"another run is cleaning {entry.path}; retrying")
+    started = time.monotonic()
     with renewed(registry, Kind.PATH, path_id, holder, settings.lease_seconds):
-        return _clean(settings, registry, name, entry, holder, attempt)
+        outcome = _clean(settings, registry, name, entry, holder, attempt)
+    registry.record(CLEANUP_SECONDS, time.monotonic() - started)
+    return outcome
 
 
 def _clean(settings: Settings, registry, name: str, entry, holder: Holder, attempt: int) -> str:

@@ -7,6 +7,7 @@ import os
 import stat
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from uuid import UUID
 
@@ -18,6 +19,7 @@ from prefect.states import Cancelled
 from weightkeeper.tasks.snapshot import retry_transient
 from weightkeeper.config import Settings
 from weightkeeper.download import Snapshot, in_place
+from weightkeeper.hubbudget import budget_message, hub_budget
 from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError, UnsafePathError
 from weightkeeper.anchored import Dir, open_parent, open_path
 from weightkeeper.fsops import LINK, check_writable, directory_size, own_directory, path_size
@@ -25,9 +27,10 @@ from weightkeeper.layout import REUSE_IF_EXISTS, artifact_path, link_target, sha
 from weightkeeper.lease import Held, renewed
 from weightkeeper.registry import Holder, LocalPath, Model, Registry
 from weightkeeper.registry.leases import Kind
+from weightkeeper.registry.metrics import DOWNLOAD_SECONDS, DOWNLOADED_BYTES, SHARED_COPY_BYTES
 from weightkeeper.registry.artifacts import A_DOWNLOADING, A_PENDING, A_READY
 from weightkeeper.registry.common import DOWNLOADING, WAITING
-from weightkeeper.runtime import download_slot
+from weightkeeper.runtime import SLOT_WAIT, download_slot
 from weightkeeper.context import current
 from weightkeeper.sharing import discard, file_lock, is_ready, mark_ready
 from weightkeeper.sources import fetch_model_files, s3_uri
@@ -136,6 +139,32 @@ class Reporter:
             get_run_logger().warning("%s: could not show progress of %s: %s", self.name, self.entry.path, e)
 
 
+class FetchMeter:
+    """A fetch's progress callback that counts the fetch in /metrics as it ends: the bytes it transferred (the
+    progress it reports is the bytes present, first at its start), a failed fetch's too, and the time a
+    complete one took."""
+
+    def __init__(self, registry: Registry, workspace: str, source: str, on_progress: Callable[[int], None]):
+        self.registry, self.workspace, self.source, self.on_progress = registry, workspace, source, on_progress
+        self.first: int | None = None
+        self.most, self.started = 0, time.monotonic()
+
+    def __call__(self, present: int) -> None:
+        if self.first is None:
+            self.first = present
+        self.most = max(self.most, present)
+        self.on_progress(present)
+
+    def __enter__(self) -> FetchMeter:
+        return self
+
+    def __exit__(self, error: type | None, *_) -> None:
+        if fetched := self.most - (self.first or 0):
+            self.registry.record(DOWNLOADED_BYTES, fetched, workspace=self.workspace, source=self.source)
+        if error is None:
+            self.registry.record(DOWNLOAD_SECONDS, time.monotonic() - self.started, source=self.source)
+
+
 def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: Snapshot, target: Dir,
                reporter: Reporter) -> int:
     """Fetch what is missing in `target`, holding a download slot while bytes flow; returns bytes fetched."""
@@ -148,14 +177,19 @@ def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: S
     check_free_space(model.name, target, snapshot.files, settings.free_space_margin_bytes)
 
     def on_wait(in_use: int, limit: int) -> None:
-        reporter.beat(message=f"Waiting for a download slot ({in_use}/{limit} in use)", force=True)
+        reporter.beat(message=f"{SLOT_WAIT} ({in_use}/{limit} in use)", force=True)
 
-    origin = s3_uri(settings, model.source, model.staging_uri) or f"{snapshot.repo_id}@{snapshot.commit[:12]}"
+    uri = s3_uri(settings, model.source, model.staging_uri)
+    origin, source = (uri, "s3") if uri else (f"{snapshot.repo_id}@{snapshot.commit[:12]}", "hub")
+    downloading = f"downloading {origin} into {target}"
+    budget = hub_budget(settings, registry, lambda seconds: reporter.beat(
+        message=downloading if seconds is None else budget_message(seconds), force=True))
     with download_slot(settings, on_wait):
-        registry.set_path_message(model.name, reporter.entry.id, DOWNLOADING, f"downloading {origin} into {target}")
+        registry.set_path_message(model.name, reporter.entry.id, DOWNLOADING, downloading)
         deadline = time.monotonic() + settings.download_timeout_seconds
-        fetched = fetch_model_files(settings, model.source, model.staging_uri, model.token_block, snapshot, target,
-                                    reporter.beat, deadline)
+        with FetchMeter(registry, reporter.entry.workspace, source, reporter.beat) as meter:
+            fetched = fetch_model_files(settings, model.source, model.staging_uri, model.token_block, snapshot,
+                                        target, meter, deadline, budget)
     reporter.beat(snapshot.total_bytes, force=True)
     logger.info("%s: fetched %d bytes into %s", model.name, fetched, target)
     return fetched
@@ -188,7 +222,7 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
             with file_lock(path, volumes, on_wait=lambda: reporter.beat(
                     message=f"Waiting for the lock on the shared copy {path}", force=True)):
                 with open_path(path, volumes, create=True, artifact=True) as copy:
-                    ready = is_ready(copy, snapshot.commit)
+                    ready = served = is_ready(copy, snapshot.commit)
                     if not ready:
                         _fill_shared_copy(settings, registry, model, snapshot, copy, artifact.id, copy_holder,
                                           reporter)
@@ -200,6 +234,8 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
                     parent.rmdir(name)  # an empty directory (checked by the caller) becomes the link
                 parent.symlink(link_target(entry.path, path), name)
                 message = "verified"
+        if served:
+            registry.record(SHARED_COPY_BYTES, snapshot.total_bytes, workspace=entry.workspace)
     finally:
         reporter.also = None
         state = A_READY if ready else A_PENDING

@@ -16,17 +16,18 @@ from weightkeeper.context import current
 
 @task(name="finish-model")
 def finish_model(name: str) -> str:
-    """Record the phase `derive_phase` gives the model from its paths; emit an event when it changed."""
+    """Record the phase `derive_phase` gives the model from its paths; emit an event when it changed; publish
+    the table of its paths."""
     settings, registry = current()
     model = registry.find_model(name)
-    if model is None:
-        return "Released"
-    phase, message = model_phase(settings, model)
-    if (phase, message) != (model.phase, model.message):
-        before, model = model.phase, registry.set_phase(name, phase, message)
-        if model.phase != before:
-            emit_phase(name, model.phase, model.message)
-    return model.phase
+    if model is not None:
+        phase, message = model_phase(settings, model)
+        if (phase, message) != (model.phase, model.message):
+            before, model = model.phase, registry.set_phase(name, phase, message)
+            if model.phase != before:
+                emit_phase(name, model.phase, model.message)
+    publish_paths(name, model)
+    return model.phase if model else "Released"
 
 
 def model_phase(settings: Settings, model: Model) -> tuple[Phase, str]:
@@ -39,10 +40,8 @@ def model_phase(settings: Settings, model: Model) -> tuple[Phase, str]:
     return derive_phase(model.phase, model.message, model.local_paths, skipped)
 
 
-@task(name="publish-paths")
-def publish_paths(name: str) -> None:
-    _, registry = current()
-    model = registry.find_model(name)
+def publish_paths(name: str, model: Model | None) -> None:
+    """A table artifact of the model's paths (in the current flow or task run)."""
     rows = [{"workspace": p.workspace, "cluster": p.cluster, "path": p.path, "status": p.status,
              "sizeBytes": p.size_bytes, "message": p.message} for p in (model.local_paths if model else [])]
     phase = model.phase if model else "Released"

@@ -6,9 +6,11 @@ from prefect import get_run_logger, task
 
 from weightkeeper.download import RemoteFile, Snapshot
 from weightkeeper.hub import resolve_snapshot
+from weightkeeper.hubbudget import budget_message, hub_budget
 from weightkeeper.errors import DownloadError, WeightkeeperError
 from weightkeeper.layout import HfSource, S3Source, parse_source
 from weightkeeper.registry.common import DOWNLOADING, FAILED
+from weightkeeper.registry import Model
 from weightkeeper.credentials import load_token
 from weightkeeper.context import current
 from weightkeeper.s3 import list_source
@@ -28,6 +30,13 @@ def retry_transient(task, task_run, state) -> bool:
     return False
 
 
+def pinned(model: Model) -> Snapshot | None:
+    """The snapshot a model is pinned to, recorded in the registry (None until resolved)."""
+    if model.commit and model.files is not None:
+        return Snapshot(model.repo_id, model.commit, tuple(RemoteFile.from_json(f) for f in model.files))
+    return None
+
+
 @task(name="resolve-revision", retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=retry_transient)
 def resolve_revision(name: str) -> Snapshot:
     """Pin the model to a commit (a 40-hex revision is used as is) and record the files to fetch.
@@ -36,16 +45,18 @@ def resolve_revision(name: str) -> Snapshot:
     logger = get_run_logger()
     settings, registry = current()
     model = registry.get_model(name)
-    if model.commit and model.files is not None:
+    if snapshot := pinned(model):
         logger.info("%s is pinned to %s@%s (%d files)", name, model.repo_id, model.commit, len(model.files))
-        return Snapshot(model.repo_id, model.commit, tuple(RemoteFile.from_json(f) for f in model.files))
+        return snapshot
     source = parse_source(model.source)
     try:
         if isinstance(source, S3Source):
             snapshot = list_source(s3_client(settings), source, limits(settings))
         else:
+            budget = hub_budget(settings, registry, lambda seconds: seconds is not None and registry.set_message(
+                name, budget_message(seconds)))
             snapshot = resolve_snapshot(HfSource(model.repo_id, model.revision), settings.hf_endpoint,
-                                        load_token(model.token_block), limits(settings))
+                                        load_token(model.token_block), limits(settings), budget)
     except DownloadError as e:
         if e.permanent:
             registry.set_phase(name, FAILED, str(e))

@@ -17,6 +17,7 @@ from weightkeeper.anchored import open_under, remove_under
 from weightkeeper.sharing import discard
 from weightkeeper.download import RemoteFile, Snapshot, fetch_file
 from weightkeeper.hub import hub_transfer
+from weightkeeper.hubbudget import budget_message, hub_budget
 from weightkeeper.errors import DownloadCancelled, DownloadError
 from weightkeeper.layout import HfSource, staging_uri
 from weightkeeper.lease import renewed
@@ -24,7 +25,7 @@ from weightkeeper.registry import Holder
 from weightkeeper.registry.leases import Kind
 from weightkeeper.registry.common import DOWNLOADING, FAILED, PENDING
 from weightkeeper.credentials import load_token
-from weightkeeper.runtime import download_slot
+from weightkeeper.runtime import SLOT_WAIT, download_slot
 from weightkeeper.context import current
 from weightkeeper.s3 import stage_snapshot
 from weightkeeper.sources import pace, s3_client
@@ -85,10 +86,12 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
     workdir = open_under(settings.home, f"{SCRATCH}/{name}", create=True)
     try:
         with renewed(registry, Kind.STAGING, model.id, holder, settings.lease_seconds) as held:
+            budget = hub_budget(settings, registry, lambda seconds: seconds is not None and beat(
+                message=budget_message(seconds), force=True))
             transfer = hub_transfer(HfSource(model.repo_id, snapshot.commit), snapshot.commit, settings.hf_endpoint,
-                                    load_token(model.token_block), settings.hub_redirect_hosts)
+                                    load_token(model.token_block), settings.hub_redirect_hosts, budget)
             with download_slot(settings, lambda in_use, limit: beat(
-                    message=f"Waiting for a download slot ({in_use}/{limit} in use) to stage to {uri}", force=True)):
+                    message=f"{SLOT_WAIT} ({in_use}/{limit} in use) to stage to {uri}", force=True)):
                 uploaded, skipped = stage_snapshot(s3_client(settings), uri, snapshot, fetch_one, beat)
     except DownloadCancelled as e:
         logger.warning("%s", e)

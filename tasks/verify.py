@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from dataclasses import dataclass
 
 from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
 from weightkeeper.tasks.report import model_phase
 from weightkeeper.config import Settings
 from weightkeeper.download import RemoteFile, Snapshot
-from weightkeeper.anchored import Dir, open_parent, open_path
+from weightkeeper.anchored import Dir, PathOpener, open_parent, open_path
 from weightkeeper.errors import DownloadCancelled, DownloadError, UnsafePathError
 from weightkeeper.fsops import directory_size, own_directory, path_size
 from weightkeeper.lease import Held, renewed
@@ -24,11 +25,37 @@ from weightkeeper.runtime import download_slot
 from weightkeeper.context import current
 from weightkeeper.sharing import discard, mark_ready, unmark_ready
 from weightkeeper.sources import fetch_model_files
-from weightkeeper.verify import Problem, verify_copy
+from weightkeeper.verify import Listed, Problem, check_sizes, hash_due, verify_copy
 
 
-def _due(verified_at, settings: Settings) -> bool:
-    return verified_at is None or verified_at < utcnow() - timedelta(seconds=settings.verify_interval_seconds)
+@dataclass(frozen=True)
+class Copy:
+    """A copy for the cheap check: its path, its manifest, and whether it is a shared copy."""
+
+    path: str
+    files: tuple[Listed, ...]
+    artifact: bool = False
+
+
+@task(name="check-copies", cache_policy=NO_CACHE)  # pass the list quote()d: Prefect then leaves it unwalked
+def check_copies(copies: list[Copy]) -> dict[str, str]:
+    """The cheap check of many copies in one task: each file present, regular and of its size, a stat each,
+    every copy opened from its volume root as `open_path` opens it (a parent once for its children) and no
+    link followed. The first problem of each copy that has one, by path (the others are fine)."""
+    settings, _ = current()
+    damaged: dict[str, str] = {}
+    with PathOpener(settings.volume_rules) as opener:
+        for copy in sorted(copies, key=lambda c: c.path):
+            try:
+                with opener.open(copy.path, copy.artifact) as d:
+                    problems = check_sizes(d, copy.files)
+            except (FileNotFoundError, UnsafePathError):
+                problems = [Problem(copy.path, "missing (the directory is gone or a link stands in its way)")]
+            except OSError as e:  # its own task meets it again and says so
+                problems = [Problem(copy.path, f"cannot be opened: {e.strerror or e}")]
+            if problems:
+                damaged[copy.path] = str(problems[0])
+    return damaged
 
 
 @contextmanager
@@ -69,7 +96,7 @@ def verify_shared_copy(artifact_id: int) -> str:
     if artifact is None or artifact.state in (A_PENDING, A_DOWNLOADING):
         return "not downloaded"
     files = tuple(RemoteFile.from_json(f) for f in artifact.files)
-    deep = _due(artifact.verified_at, settings) or artifact.state != A_READY
+    deep = hash_due(artifact.verified_at, settings.verify_interval_seconds, utcnow()) or artifact.state != A_READY
     with _opened(artifact.path, settings, artifact=True) as copy:
         problems = _check(copy, files, deep, settings)
     if not problems and artifact.state == A_READY:
@@ -143,9 +170,12 @@ def verify_model_path(name: str, path_id: int) -> str:
     if entry is None:
         return "gone"
     files = tuple(RemoteFile.from_json(f) for f in model.files or [])
+    deep = hash_due(entry.verified_at, settings.verify_interval_seconds, utcnow()) or entry.status != READY
     with _opened(entry.path, settings) as own:
-        problems = _check(own, files, _due(entry.verified_at, settings) or entry.status != READY, settings)
+        problems = _check(own, files, deep, settings)
     if not problems:
+        if not deep:
+            return "checked"
         if entry.status != READY:  # complete and correct after all: the path is Ready again
             _restore_path(settings, registry, name, path_id, None, entry.path, "verified complete")
         registry.set_path_verified(name, path_id, READY)

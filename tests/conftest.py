@@ -254,6 +254,7 @@ def _truncate(url: str) -> None:
         conn.execute(text("DELETE FROM leases"))
         conn.execute(text("DELETE FROM local_paths"))
         conn.execute(text("DELETE FROM models"))
+        conn.execute(text("DELETE FROM hub_budget"))
 
 
 @pytest.fixture

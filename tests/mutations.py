@@ -81,8 +81,8 @@ MUTATIONS = {
     "range-resumes-in-run": ("weightkeeper/download.py", "            transfer(file.remote, part.offset, part.end, write)",
                              "            transfer(file.remote, part.start, part.end, write)",
                              "tests/test_download.py::test_a_range_cut_mid_body_resumes_from_its_last_written_byte"),
-    "token-not-to-cdn": ("weightkeeper/hub.py", "sent = headers if _origin(location) == _origin(home) else anonymous",
-                         "sent = headers",
+    "token-not-to-cdn": ("weightkeeper/hub.py", "headers={**(headers if own else anonymous),",
+                         "headers={**(headers),",
                          "tests/test_download.py::test_the_token_goes_to_the_hub_and_never_to_the_cdn_it_redirects_to"),
     "connection-reuse": ("weightkeeper/hub.py", "if left == 0 and response._fp.isclosed():", "if False:",
                          "tests/test_download.py::test_ranges_reuse_their_connections"),
@@ -393,6 +393,120 @@ MUTATIONS = {
         "weightkeeper/runs.py", "            if child.deployment_id is None and child.state is not None and not child.state.is_final():",
         "            if False:",
         "tests/test_leases.py::test_create_wait_killed_mid_download_then_ensure_wait_takes_over_at_once"),
+    "metrics-open-to-any-user": (
+        "weightkeeper/api.py", "and not user(credentials).admin:", "and not user(credentials):",
+        "tests/test_metrics.py::test_every_named_metric_is_present_for_an_admin_or_the_scrape_token_only"),
+    "metrics-takeover-of-a-reservation": (
+        "weightkeeper/registry/leases.py", "    if lease.holder.run == holder.run or lease.holder.is_reservation:\n",
+        "    if lease.holder.run == holder.run:\n",
+        "tests/test_metrics.py::test_a_takeover_is_of_another_runs_lease_not_a_reservation_nor_ones_own "
+        "tests/test_metrics.py::test_lease_takeovers_count_a_dead_holders_and_a_preempted_run_not_a_reservations"),
+    "metrics-cleanup-failure-per-call": (
+        "weightkeeper/registry/store.py", "            if attempt > row.cleanup_attempts:\n                self._add(",
+        "            if True:\n                self._add(",
+        "tests/test_metrics.py::test_a_cleanup_failure_moves_its_counter_once_per_attempt"),
+    "metrics-slot-waiters-without-live-lease": (
+        "weightkeeper/registry/metrics.py", "live, waiting = LeaseRow.expires_at > utcnow(), {}",
+        "live, waiting = LeaseRow.expires_at.is_not(None), {}",
+        "tests/test_metrics.py::test_slot_waiters_are_counted_from_live_leases_so_a_crash_does_not_leak"),
+    "metrics-served-when-downloaded": (
+        "tasks/download.py", "ready = served = is_ready(copy, snapshot.commit)",
+        "served = True; ready = is_ready(copy, snapshot.commit)",
+        "tests/test_metrics.py::test_a_path_linked_to_a_shared_copy_counts_as_served_not_downloaded"),
+    "metrics-failed-fetch-timed": (
+        "tasks/download.py", "        if error is None:\n            self.registry.record(DOWNLOAD_SECONDS",
+        "        if True:\n            self.registry.record(DOWNLOAD_SECONDS",
+        "tests/test_metrics.py::test_a_fetch_counts_the_bytes_it_transferred_even_when_it_fails_and_its_time_only_when_complete"),
+    "metrics-failed-fetch-bytes-lost": (
+        "tasks/download.py", "        self.most = max(self.most, present)\n", "        self.most = present\n",
+        "tests/test_metrics.py::test_a_fetch_counts_the_bytes_it_transferred_even_when_it_fails_and_its_time_only_when_complete"),
+    "list-tie-breaker-dropped": (
+        "weightkeeper/registry/listing.py", '"created": (ModelRow.created_at, ModelRow.id),',
+        '"created": (ModelRow.created_at,),',
+        "tests/test_listing.py::test_a_cursor_walk_sees_each_model_once_while_models_are_created_and_deleted"),
+    "list-visibility-dropped": (
+        "weightkeeper/registry/listing.py", "        where = [self._visible(viewer)]\n", "        where = []\n",
+        "tests/test_listing.py::test_visibility_in_sql_is_the_rule_and_pages_stay_full"),
+    "list-visibility-by-entries-dropped": (
+        "weightkeeper/registry/listing.py",
+        "no_targets, targets,\n                   ModelRow.paths.any(LocalPathRow.workspace.in_(public)))",
+        "no_targets, targets)", "tests/test_listing.py::test_visibility_in_sql_is_the_rule_and_pages_stay_full"),
+    "list-workspace-counts-hidden-entries": (
+        "weightkeeper/registry/listing.py",
+        "where.append(entry if sees_all or query.workspace in viewer.public else and_(mine, entry))",
+        "where.append(entry)",
+        "tests/test_listing.py::test_the_workspace_filter_counts_only_the_entries_the_caller_sees"),
+    "list-search-reveals-hidden-sources": (
+        "weightkeeper/registry/listing.py", "and_(source_shown, ModelRow.source.icontains(", "and_(true(), ModelRow.source.icontains(",
+        "tests/test_listing.py::test_search_reaches_only_the_sources_the_caller_is_shown"),
+    "list-search-wildcards": (
+        "weightkeeper/registry/listing.py", "ModelRow.source.icontains(query.search, autoescape=True)",
+        "ModelRow.source.icontains(query.search)", "tests/test_listing.py::test_filters"),
+    "list-cursor-not-bound-to-filters": (
+        "weightkeeper/registry/listing.py", "if sort != query.sort or digest != query.digest():",
+        "if sort != query.sort:", "tests/test_listing.py::test_limits_and_bad_cursors_answer_422_in_one_line"),
+    "list-last-page-unmarked": (
+        "weightkeeper/registry/listing.py", "if len(rows) > limit else None)", "if rows else None)",
+        "tests/test_listing.py::test_sort_orders"),
+    "hub-budget-over-limit": (
+        "weightkeeper/registry/budget.py", "    if sum(counts) < limit:", "    if True:",
+        "tests/test_budget.py::test_a_budget_grants_its_limit_then_says_when_the_oldest_request_leaves_its_window"),
+    "hub-budget-one-fixed-window": (
+        "weightkeeper/registry/budget.py", "size = SLOTS + 1 + max(1, math.ceil(MARGIN_SECONDS / length))",
+        "size = SLOTS", "tests/test_budget.py::test_no_window_of_the_budget_holds_more_than_its_limit_wherever_it_starts"),
+    "hub-budget-429-block-ignored": (
+        "weightkeeper/registry/budget.py", "if now < window.blocked_until <= now + seconds:", "if False:",
+        "tests/test_budget.py::test_a_429_block_holds_every_request_but_a_block_or_counts_from_a_wrong_clock_do_not"),
+    "hub-budget-row-unlocked": (
+        "weightkeeper/registry/budget.py", "HubBudgetRow.bucket == bucket).with_for_update()",
+        "HubBudgetRow.bucket == bucket)",
+        "tests/test_budget.py::test_two_worker_processes_never_take_more_than_the_budget_together"),
+    "hub-429-wait-unbounded": (
+        "weightkeeper/hubbudget.py", "return min(max(wait, MIN_WAIT_SECONDS), window)",
+        "return max(wait, MIN_WAIT_SECONDS)",
+        "tests/test_budget.py::test_a_429_waits_the_longest_it_is_told_bounded_by_the_window_and_a_minimum"),
+    "hub-ratelimit-past-its-window": (
+        "weightkeeper/hubbudget.py", "return float(min(max(waits), max(windows))) if windows else float(max(waits))",
+        "return float(max(waits))", "tests/test_budget.py::test_the_ratelimit_header_says_how_long_an_exhausted_bucket_waits"),
+    "hub-ratelimit-not-exhausted": (
+        "weightkeeper/hubbudget.py", 'if _seconds(item.get("r")) == 0', 'if _seconds(item.get("r")) is not None',
+        "tests/test_budget.py::test_the_ratelimit_header_says_how_long_an_exhausted_bucket_waits"),
+    "hub-429-not-absorbed": (
+        "weightkeeper/hub.py", "if e.response is not None and e.response.status_code == 429:", "if False:",
+        "tests/test_budget.py::test_garbage_and_huge_waits_are_bounded_and_cdn_requests_take_nothing"),
+    "hub-429-not-counted": (
+        "weightkeeper/registry/budget.py", "            row.throttled += 1\n", "",
+        "tests/test_budget.py::test_garbage_and_huge_waits_are_bounded_and_cdn_requests_take_nothing"),
+    "hub-cdn-counted": (
+        "weightkeeper/hub.py", "            if _origin(location) == _origin(home):\n                response = budget.call(",
+        "            if True:\n                response = budget.call(",
+        "tests/test_budget.py::test_garbage_and_huge_waits_are_bounded_and_cdn_requests_take_nothing"),
+    "serve-run-limit": ("weightkeeper/serve.py", '"--limit", str(settings.worker_run_limit), ', "",
+                        "tests/test_serve.py::test_serve_runs_at_most_its_run_limit_at_once_and_a_burst_waits"),
+    "bulk-check-misses-damage": (
+        "tasks/verify.py", "            if problems:\n                damaged[copy.path] = str(problems[0])",
+        "            if False:\n                damaged[copy.path] = str(problems[0])",
+        "tests/test_reconcile.py::test_a_copy_not_due_is_only_size_checked_and_a_size_mismatch_is_repaired"),
+    "hash-every-pass": (
+        "weightkeeper/verify.py", "    return verified_at is None or verified_at < now - timedelta(seconds=interval_seconds)",
+        "    return True",
+        "tests/test_reconcile.py::test_a_copy_not_due_is_only_size_checked_and_a_size_mismatch_is_repaired"),
+    "bulk-check-follows-a-file-link": (
+        "weightkeeper/verify.py", "st = os.stat(path, dir_fd=root.fd, follow_symlinks=False)",
+        "st = os.stat(path, dir_fd=root.fd, follow_symlinks=True)",
+        "tests/test_reconcile.py::test_the_bulk_check_never_follows_a_link_planted_in_a_copy"),
+    "bulk-check-follows-a-dir-link": (
+        "weightkeeper/anchored.py", "        return self._parent[1].descend(name)",
+        "        return Dir(os.open(self._parent[1].path(name), os.O_RDONLY | os.O_DIRECTORY), path)",
+        "tests/test_reconcile.py::test_the_bulk_check_never_follows_a_link_planted_in_a_copy"),
+    "healthy-copy-repaired": (
+        "tasks/verify.py", "    if not problems:\n        if not deep:\n            return \"checked\"",
+        "    if not problems and not deep:\n        if not deep:\n            return \"checked\"",
+        "tests/test_reconcile.py::test_a_ready_model_costs_no_hub_request_in_a_pass"),
+    "reconcile-reads-per-model": (
+        "flows/reconcile.py", "    models, runs = registry.reconcile_state()\n",
+        "    models, runs = [registry.get_model(m.name) for m in registry.reconcile_state()[0]], registry.run_leases()\n",
+        "tests/test_reconcile.py::test_a_pass_reads_the_registry_in_the_same_statements_whatever_the_count"),
 }
 
 

@@ -63,7 +63,7 @@ def test_create_through_the_api_runs_the_deployments_until_ready(served, hub):
     assert wait_until(lambda: "weightkeeper.model.ready" in events("weightkeeper.model.api-create"), 30,
                       "the ready event")
     listed = served.api.get("/api/v1/models", params={"workspace": "team-b", "phase": "Ready"},
-                            headers=served.as_user("bob")).json()
+                            headers=served.as_user("bob")).json()["items"]
     assert [m["name"] for m in listed] == ["api-create"]
     assert listed[0]["message"] is None and all("path" not in p for p in listed[0]["localPaths"])  # alice's
 
@@ -114,8 +114,8 @@ def test_include_deleting_during_a_blocked_cleanup(served, hub, immutable):
         wait_until(lambda: "cleanup of" in served.env.registry.get_model("blocked").message, 60,
                    "the cleanup to fail and be retried")
         alice = served.as_user("alice")
-        assert [m["name"] for m in served.api.get("/api/v1/models", headers=alice).json()] == []
-        (model,) = served.api.get("/api/v1/models", params={"includeDeleting": "true"}, headers=alice).json()
+        assert served.api.get("/api/v1/models", headers=alice).json() == {"items": [], "nextCursor": None}
+        (model,) = served.api.get("/api/v1/models", params={"includeDeleting": "true"}, headers=alice).json()["items"]
         assert model["isDeleted"] and model["deletionTime"] and model["phase"] == "Deleting"
         assert [(p["path"], p["sizeBytes"]) for p in model["localPaths"]] == [(str(path), expected_size(files))]
         r = create(served, "successor", "hf://acme/api-blocked", user="bob", workspaces=["team-a"])

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import threading
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from conftest import tiny_files
+from test_attacks import SHARD, tree
 
 from weightkeeper.flows.ensure_model import ensure_model
 from weightkeeper.flows.reconcile import reconcile
 from weightkeeper.config import DELETE_FLOW, ENSURE_FLOW
 from weightkeeper.desired import needed_run, orphans
 from weightkeeper.registry import Holder
+from weightkeeper.verify import hash_due, listed
 
 
 def test_needed_run():
@@ -84,3 +89,133 @@ def test_two_concurrent_passes_on_postgresql(wk, hub, pg_url):
     assert registry.find_model("doomed") is None and not doomed.exists()
     assert len([r for r in results if r.get("model doomed", "busy") not in ("busy", "gone")]) == 1
     assert registry.run_leases() == {}  # every run released its lease
+
+
+def test_hash_due_and_listed():
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    assert hash_due(None, 60, now) and hash_due(now - timedelta(seconds=61), 60, now)
+    assert not hash_due(now - timedelta(seconds=59), 60, now)
+    assert listed([{"path": "a", "size": 3, "blobId": "x"}]) == (("a", 3),)
+    for bad in ({"path": "a"}, {"path": 1, "size": 3}, {"path": "a", "size": True}, {"path": "a", "size": -1}, "a"):
+        assert listed([bad]) is None
+
+
+def _checked_model(wk, hub, name: str) -> tuple[dict[str, bytes], list[Path]]:
+    """A Ready model with two own copies, both hashed just now (so a pass only size-checks them)."""
+    files = tiny_files(name)
+    hub.add_repo(f"acme/{name}", files)
+    wk.rewrite(hf_endpoint=hub.url, verify_interval_seconds=3600)
+    wk.declare(name, f"hf://acme/{name}")
+    assert ensure_model(name) == "Ready"
+    paths = wk.registry.get_model(name).local_paths
+    for entry in paths:
+        wk.registry.set_path_verified(name, entry.id, "Ready")
+    return files, [Path(entry.path) for entry in paths]
+
+
+def test_a_copy_not_due_is_only_size_checked_and_a_size_mismatch_is_repaired(wk, hub):
+    files, (same_size, truncated) = _checked_model(wk, hub, "bulk")
+    with open(same_size / SHARD, "r+b") as f:  # same size, other bytes: only a full hash would see it
+        f.seek(100)
+        f.write(bytes([files[SHARD][100] ^ 0xFF]))
+    os.truncate(truncated / SHARD, 10)
+    before = {p.path: p.verified_at for p in wk.registry.get_model("bulk").local_paths}
+    hub.reset_stats()
+    outcomes = reconcile()
+    assert outcomes[str(same_size)] == "checked" and outcomes[str(truncated)] == "repaired"
+    assert (same_size / SHARD).read_bytes() != files[SHARD]  # not hashed: not due
+    assert (truncated / SHARD).read_bytes() == files[SHARD] and hub.get_count("acme/bulk") == 1
+    after = {p.path: p.verified_at for p in wk.registry.get_model("bulk").local_paths}
+    assert after[str(same_size)] == before[str(same_size)] and wk.registry.get_model("bulk").phase == "Ready"
+
+
+def test_the_bulk_check_never_follows_a_link_planted_in_a_copy(wk, hub, tmp_path):
+    """The attacker swaps a file, and a whole copy, for links to look-alikes elsewhere (right sizes): the
+    check sees the links, never what they point at, and nothing outside is read into or written."""
+    files, (with_file_link, as_dir_link) = _checked_model(wk, hub, "planted")
+    outside = tmp_path / "outside"
+    shutil.copytree(as_dir_link, outside / "copy")
+    before = tree(outside)
+    (with_file_link / SHARD).unlink()
+    (with_file_link / SHARD).symlink_to(outside / "copy" / SHARD)
+    os.rename(as_dir_link, tmp_path / "away")
+    as_dir_link.symlink_to(outside / "copy")
+    hub.reset_stats()
+    outcomes = reconcile()
+    assert outcomes[str(with_file_link)] == "repaired" and outcomes[str(as_dir_link)] == "postponed"
+    assert not (with_file_link / SHARD).is_symlink() and (with_file_link / SHARD).read_bytes() == files[SHARD]
+    entry = next(p for p in wk.registry.get_model("planted").local_paths if p.path == str(as_dir_link))
+    assert entry.status == "Failed" and "link" in entry.message
+    assert tree(outside) == before
+
+
+def test_a_ready_model_costs_no_hub_request_in_a_pass(wk, hub):
+    """Hashed in full or size-checked, a healthy copy (own or shared) never asks the Hub anything; only a
+    repair does."""
+    files, own = _checked_model(wk, hub, "quiet")
+    hub.add_repo("acme/quiet-shared", tiny_files("quiet-shared"))
+    wk.declare("quiet-shared", "hf://acme/quiet-shared", download_policy="reuse-if-exists")
+    assert ensure_model("quiet-shared") == "Ready"
+    copies = [a.path for a in wk.registry.list_artifacts() if a.repo_id == "acme/quiet-shared"]  # one a volume
+    for interval, outcome in ((0, "verified"), (3600, "checked")):
+        wk.rewrite(hf_endpoint=hub.url, verify_interval_seconds=interval)
+        hub.reset_stats()
+        outcomes = reconcile()
+        assert [outcomes[str(p)] for p in own] + [outcomes[c] for c in copies] == [outcome] * 4, outcomes
+        assert hub.requests == [], [r.path for r in hub.requests]
+    os.truncate(own[0] / SHARD, 10)
+    outcomes = reconcile()
+    assert outcomes[str(own[0])] == "repaired"
+    assert [outcomes[str(own[1])]] + [outcomes[c] for c in copies] == ["checked"] * 3
+    assert hub.requests and {r.repo_id for r in hub.requests} == {"acme/quiet"}
+
+
+def _insert_ready(wk, count: int, start: int, files: list[dict], template: Path) -> None:
+    """`count` Ready models written to the registry directly, an own copy each in team-a, its files hard links."""
+    from sqlalchemy.orm import Session
+
+    from weightkeeper.registry.common import utcnow
+    from weightkeeper.registry.schema import LocalPathRow, ModelRow
+
+    now = utcnow()
+    with Session(wk.registry.engine) as s, s.begin():
+        for i in range(start, start + count):
+            path = wk.volumes["team-a"] / "models" / f"acme--many-{i}"
+            path.mkdir(parents=True)
+            for f in files:
+                os.link(template / f["path"], path / f["path"])
+            row = ModelRow(name=f"many-{i}", owner_name="alice", owner_uid=1000, source=f"hf://acme/many-{i}",
+                           repo_id=f"acme/many-{i}", revision="main", commit="0" * 40, files=files, phase="Ready",
+                           message="", created_at=now, updated_at=now, cleanup_attempts=0)
+            row.paths = [LocalPathRow(workspace="team-a", cluster="local", path=str(path), status="Ready", message="",
+                                      owned=True, verified_at=now, updated_at=now)]
+            s.add(row)
+
+
+def test_a_pass_reads_the_registry_in_the_same_statements_whatever_the_count(wk, hub, tmp_path):
+    """The registry reads of a pass are batched: 20 models cost the statements 4 cost (none per model)."""
+    from sqlalchemy import event
+
+    template = tmp_path / "template"
+    template.mkdir()
+    files = []
+    for name, data in (("config.json", b"{}"), (SHARD, b"x" * 4096)):
+        (template / name).write_bytes(data)
+        files.append({"path": name, "size": len(data), "blobId": "0" * 40, "sha256": None, "md5": None})
+    wk.rewrite(hf_endpoint=hub.url, verify_interval_seconds=3600)
+    statements: list[str] = []
+    engine = wk.registry.engine
+    listen = lambda conn, cursor, sql, *rest: statements.append(sql)  # noqa: E731
+    counts = []
+    for count, start in ((4, 0), (16, 4)):
+        _insert_ready(wk, count, start, files, template)
+        statements.clear()
+        event.listen(engine, "before_cursor_execute", listen)
+        try:
+            outcomes = reconcile()
+        finally:
+            event.remove(engine, "before_cursor_execute", listen)
+        mine = [outcome for path, outcome in outcomes.items() if "acme--many-" in path]
+        assert mine == ["checked"] * (count + start), outcomes
+        counts.append(len(statements))
+    assert counts[0] == counts[1], statements

@@ -12,9 +12,11 @@ import socket
 import stat
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urljoin
 
 import httpx
+import pytest
 from conftest import tiny_files, write_config
 from served import wait_until
 
@@ -165,3 +167,55 @@ time.sleep(600)
     starter.wait()
     wait_until(lambda: not os.path.exists(f"/proc/{worker}") or "Z" in open(f"/proc/{worker}/stat").read().split()[2],
                30, "the worker to exit")
+
+
+def peak(intervals: list[tuple]) -> int:
+    """The most intervals open at one moment (an end and a start at the same instant do not overlap)."""
+    events = sorted([(end, -1) for _, end in intervals] + [(start, 1) for start, _ in intervals])
+    running = most = 0
+    for _, delta in events:
+        running += delta
+        most = max(most, running)
+    return most
+
+
+@pytest.mark.timeout(900)  # a process per run, on a loaded machine
+def test_serve_runs_at_most_its_run_limit_at_once_and_a_burst_waits(wk, hub, tmp_path):
+    """A burst of models created through the API at once, with `worker_run_limit = 2` and the workspace in the
+    control pool (each ensure-model run waits for a path job of the same pool): every model becomes Ready, and at
+    no time did more than 2 ensure-model runs, or more than 2 download-to-path runs, execute at once."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+
+    write_config(wk, workspaces=wk._workspaces[:1], work_pool="limited", worker_run_limit=2, hf_endpoint=hub.url)
+    with open(wk.config, "a") as f:
+        f.write(f'[[users]]\nname = "alice"\nuid = 1000\n'
+                f'token_sha256 = "{hashlib.sha256(b"alice-token").hexdigest()}"\n')
+    names = [f"burst-{i}" for i in range(4)]
+    for name in names:
+        hub.add_repo(f"acme/{name}", tiny_files(name, shards=1))
+    port = free_port()
+    with open(tmp_path / "serve.out", "w") as out:
+        serve = subprocess.Popen([sys.executable, "-m", "weightkeeper.cli", "serve", "--api-port", str(port)],
+                                 env=dict(os.environ, WEIGHTKEEPER_CONFIG=str(wk.config),
+                                          PREFECT_WORKER_QUERY_SECONDS="1"),
+                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        api = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": "Bearer alice-token"},
+                           timeout=30)
+        wait_until(lambda: status(f"http://127.0.0.1:{port}/api/v1/models") == 401, 120, "the API")
+        with ThreadPoolExecutor(len(names)) as pool:  # at once
+            for created in pool.map(lambda n: api.post("/api/v1/models", json={"name": n, "source": f"hf://acme/{n}"}),
+                                    names):
+                assert created.status_code == 201, created.text
+        for name in names:
+            wait_until(lambda: api.get(f"/api/v1/models/{name}").json()["phase"] == "Ready", 300, f"{name} Ready")
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(60) == 0
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(
+            any_=[f"ensure-{name}" for name in names] + [f"download-{name}-team-a" for name in names])))
+    assert len(runs) == 8 and all(r.state.is_completed() for r in runs)
+    for kind in ("ensure-", "download-"):
+        assert peak([(r.start_time, r.end_time) for r in runs if r.name.startswith(kind)]) <= 2, kind

@@ -42,7 +42,7 @@ class Api:
                          headers=headers or {})
 
     def names(self, user: str, **params) -> list[str]:
-        return [m["name"] for m in self.call("GET", "/api/v1/models", user, params=params).json()]
+        return [m["name"] for m in self.call("GET", "/api/v1/models", user, params=params).json()["items"]]
 
     def state(self) -> list[dict]:
         """Everything the registry holds about models (to show that a refused request wrote nothing)."""
@@ -85,7 +85,7 @@ def test_others_see_only_public_models_without_secrets_paths_or_messages(api):
 
     assert api.names("bob") == ["alice-public", "alice-s3"]
     assert api.names("bob", workspace="alice-ws") == []
-    for listed in api.call("GET", "/api/v1/models", "bob").json():
+    for listed in api.call("GET", "/api/v1/models", "bob").json()["items"]:
         got = api.call("GET", f"/api/v1/models/{listed['name']}", "bob").json()
         assert got == listed
         assert got["tokenBlock"] is None and got["stagingUri"] is None and got["message"] is None

@@ -298,6 +298,35 @@ def open_path(path: str, volumes: Iterable[VolumeRule], create: bool = False, ar
         return parent.descend(name, create=create)
 
 
+class PathOpener:
+    """`open_path` for many paths in a row (sorted, so that siblings follow each other): each path is guarded
+    and opened from its parent without following a link, and a parent is walked from its volume root once,
+    then kept open while the next paths are its children too."""
+
+    def __init__(self, volumes: Iterable[VolumeRule]):
+        self.volumes = list(volumes)
+        self._parent: tuple[str, Dir] | None = None
+
+    def __enter__(self) -> PathOpener:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._parent is not None:
+            self._parent[1].close()
+            self._parent = None
+
+    def open(self, path: str, artifact: bool = False) -> Dir:
+        check_removable(path, self.volumes, artifact)
+        where, _, name = path.rpartition("/")
+        if self._parent is None or self._parent[0] != where:
+            self.close()
+            self._parent = (where, open_parent(path, self.volumes, artifact=artifact)[0])
+        return self._parent[1].descend(name)
+
+
 def open_under(root: str | os.PathLike, relative: str, create: bool = False) -> Dir:
     """A directory below a trusted root that is not a model path (locks, weightkeeper's scratch space)."""
     with Dir.root(root, create=create) as top:

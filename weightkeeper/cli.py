@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
@@ -21,10 +21,12 @@ from rich.table import Table
 from weightkeeper.config import Settings, load_settings
 from weightkeeper.context import use
 from weightkeeper.errors import ConfigError, ConflictError, InvalidInputError, NotFoundError, WeightkeeperError
+from weightkeeper.phase import Phase
 from weightkeeper.planning import workspace_usage
 from weightkeeper.prefectserver import prefect_api
 from weightkeeper.registry import Model, Registry
 from weightkeeper.registry.common import DELETING, READY
+from weightkeeper.registry.listing import DEFAULT_LIMIT, SORTS, ListQuery, Viewer
 from weightkeeper.service import declare_model, move_model, registry_for
 
 console = Console()
@@ -173,21 +175,40 @@ def cmd_model_update(args, settings: Settings) -> int:
     return _launch(args, settings, registry, "ensure-model", model.name)
 
 
+def listed(registry: Registry, query: ListQuery, limit: int | None = None) -> Iterator[Model]:
+    """The models of `query` (the first `limit` of them), fetched a page at a time as they are consumed."""
+    cursor, left = None, limit
+    while left is None or left > 0:
+        page = registry.list_page(query, Viewer(None), DEFAULT_LIMIT if left is None else min(left, DEFAULT_LIMIT),
+                                  cursor)
+        yield from page.items
+        left = None if left is None else left - len(page.items)
+        if (cursor := page.next_cursor) is None:
+            return
+
+
 def cmd_model_list(args, settings: Settings) -> int:
-    models = registry_for(settings).list_models(include_deleting=args.include_deleting, phase=args.phase,
-                                                workspace=args.workspace)
-    if args.json:
-        print(json.dumps([m.to_json() for m in models], indent=2))
-        return 0
-    table = Table()
-    for column in ("name", "phase", "source", "paths", "sizeBytes", "deleting"):
-        table.add_column(column)
-    for m in models:
-        size = sum(p.size_bytes or 0 for p in m.local_paths)
-        table.add_row(m.name, m.phase, m.source, str(len(m.local_paths)), str(size),
-                      m.deletion_time.isoformat() if m.deletion_time else "")
-    console.print(table)
+    """Print each model as its page arrives (a JSON array with --json), never holding the whole list."""
+    query = ListQuery(workspace=args.workspace, phase=args.phase, owner=args.owner, search=args.search,
+                      sort=args.sort, include_deleting=args.include_deleting)
+    models = listed(registry_for(settings), query, args.limit)
+    row = "{:<32} {:<11} {:>14} {:>5} {:<25} {}"
+    print("[" if args.json else row.format("name", "phase", "sizeBytes", "paths", "deleting", "source"), end="")
+    for i, m in enumerate(models):
+        if args.json:
+            print(("\n" if i == 0 else ",\n") + json.dumps(m.to_json(), indent=2), end="", flush=True)
+        else:
+            print("\n" + row.format(m.name, m.phase, "" if m.files is None else m.size_bytes, len(m.local_paths),
+                                    m.deletion_time.isoformat(timespec="seconds") if m.deletion_time else "",
+                                    m.source), end="", flush=True)
+    print("\n]" if args.json else "")
     return 0
+
+
+def _positive(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of at least 1")
+    return int(value)
 
 
 def cmd_model_get(args, settings: Settings) -> int:
@@ -302,11 +323,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--download-policy", choices=["always-download", "reuse-if-exists"])
     p.add_argument("--wait", action="store_true")
     p.set_defaults(func=cmd_model_update)
-    p = model.add_parser("list", help="list models")
+    p = model.add_parser("list", help="list models, page by page")
     p.add_argument("--include-deleting", action="store_true", help="also models still being deleted")
-    p.add_argument("--phase")
-    p.add_argument("--workspace")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--phase", choices=list(Phase))
+    p.add_argument("--workspace", help="only models with an entry in this workspace")
+    p.add_argument("--owner", help="only this user's models")
+    p.add_argument("--search", help="only names or sources containing this text (any case)")
+    p.add_argument("--sort", choices=SORTS, default="name", help="order (default name; --sort=-size: descending)")
+    p.add_argument("--limit", type=_positive, help="stop after this many models")
+    p.add_argument("--json", action="store_true", help="a JSON array")
     p.set_defaults(func=cmd_model_list)
     p = model.add_parser("get", help="show one model")
     p.add_argument("name")

@@ -22,6 +22,11 @@ The file:
     stall_seconds = 60                   #   and its next attempt resumes it (0 bytes/s: no minimum)
     hub_redirect_hosts = ["cdn.example.com", "10.1.2.3:8443"] # where the Hub may redirect a download besides
                                          #   https hosts with public addresses and the endpoint's own origin
+    hub_api_requests_per_5min = 1000     # the Hub request budget of every worker together, per endpoint
+    hub_resolve_requests_per_5min = 5000 #   and token: API calls and file resolves per 5 minutes
+    metrics_token_sha256 = "<hex>"       # sha256 of a token that reads /metrics and nothing else (or an admin's)
+    worker_run_limit = 8                 # each of `weightkeeper serve`'s workers runs at most this many flow
+                                         #   runs at once; more wait in its work queue
     [[workspaces]]
     name = "team-a"
     cluster = "local"
@@ -278,10 +283,16 @@ class Settings(BaseSettings):
     stall_seconds: Annotated[StrictInt, Field(gt=0)] = 60
     # `host` or `host:port` a Hub download may be redirected to
     hub_redirect_hosts: Annotated[tuple[StrictStr, ...], Items] = ()
+    # the Hub request budget shared by every worker, per endpoint and token (defaults: a free token's)
+    hub_api_requests_per_5min: Annotated[StrictInt, Field(gt=0)] = 1000  # /api/... calls
+    hub_resolve_requests_per_5min: Annotated[StrictInt, Field(gt=0)] = 5000  # /resolve/ requests
+    hub_budget_window_seconds: Annotated[Number, Field(gt=0)] = 300  # advanced: the Hub's window (tests)
     s3: S3Settings | None = None
     work_pool: Name = LOCAL_POOL
+    worker_run_limit: Annotated[StrictInt, Field(gt=0)] = 8  # runs each of serve's workers executes at once
     reconcile_interval_seconds: Number = 60
     users: Annotated[tuple[User, ...], Items] = Field((), repr=False)
+    metrics_token_sha256: Digest | None = Field(None, repr=False)  # a token that may read /metrics, nothing else
     _config_path: Path | None = PrivateAttr(None)
 
     @classmethod
@@ -309,7 +320,7 @@ class Settings(BaseSettings):
         workspaces = self.workspaces
         if len({w.name for w in workspaces}) != len(workspaces):
             raise ValueError("workspace names must be unique")
-        digests = [u.token_sha256 for u in self.users if u.token_sha256]
+        digests = [d for d in (*(u.token_sha256 for u in self.users), self.metrics_token_sha256) if d]
         if len({u.name for u in self.users}) != len(self.users) or len(set(digests)) != len(digests):
             raise ValueError("user names and tokens must be unique")
         for w in workspaces:

@@ -5,6 +5,10 @@
 - `download-to-path/<pool>`, `clean-path/<pool>`: one per work pool of a workspace, so a
   workspace's jobs run in its pool.
 
+The lifecycle flows go to the work queue `lifecycle`, the per-path jobs to `path-jobs`: a run-limited
+worker per queue (`weightkeeper serve`) never fills its runs with parents waiting for children it
+cannot start, even when the workspaces share the control pool.
+
 Flows are deployed by module path (the package is installed where the workers run), and carry
 `WEIGHTKEEPER_CONFIG` so a worker's runs read the same configuration (in a Kubernetes pool, the
 pool's template sets it: its job variables are only the owner's identity).
@@ -23,6 +27,15 @@ from weightkeeper.errors import ConfigError
 from weightkeeper.kube import base_job_template
 from weightkeeper.runtime import ensure_download_limit
 
+LIFECYCLE_QUEUE, JOBS_QUEUE = "lifecycle", "path-jobs"
+
+
+def worker_queues(settings: Settings) -> list[tuple[str, str]]:
+    """(work pool, work queue) of every deployment: the control pool's lifecycle queue, and the jobs queue of
+    each workspace's pool."""
+    pools = sorted({settings.pool_for(w.name) for w in settings.workspaces})
+    return [(settings.work_pool, LIFECYCLE_QUEUE), *((pool, JOBS_QUEUE) for pool in pools)]
+
 
 def declared(settings: Settings) -> list[tuple[RunnerDeployment, str]]:
     """(deployment, work pool) for every flow."""
@@ -33,15 +46,19 @@ def declared(settings: Settings) -> list[tuple[RunnerDeployment, str]]:
 
     job = {"env": {"WEIGHTKEEPER_CONFIG": str(settings.config_path)}} if settings.config_path else {}
 
-    def deployment(flow, name: str, pool: str, **kw) -> tuple[RunnerDeployment, str]:
+    def deployment(flow, name: str, pool: str, queue: str, **kw) -> tuple[RunnerDeployment, str]:
         return flow.to_deployment(name=name, entrypoint_type=EntrypointType.MODULE_PATH, tags=["weightkeeper"],
-                                  job_variables={} if pool in settings.kubernetes_pools else job, **kw), pool
+                                  job_variables={} if pool in settings.kubernetes_pools else job,
+                                  work_queue_name=queue, **kw), pool
 
-    out = [deployment(ensure_model, ENSURE_FLOW, settings.work_pool),
-           deployment(delete_model, DELETE_FLOW, settings.work_pool),
-           deployment(reconcile, RECONCILE_FLOW, settings.work_pool, interval=settings.reconcile_interval_seconds)]
-    for pool in sorted({settings.pool_for(w.name) for w in settings.workspaces}):
-        out += [deployment(download_to_path, pool, pool), deployment(clean_one_path, pool, pool)]
+    out = []
+    for pool, queue in worker_queues(settings):
+        if queue == LIFECYCLE_QUEUE:
+            out += [deployment(ensure_model, ENSURE_FLOW, pool, queue),
+                    deployment(delete_model, DELETE_FLOW, pool, queue),
+                    deployment(reconcile, RECONCILE_FLOW, pool, queue, interval=settings.reconcile_interval_seconds)]
+        else:
+            out += [deployment(download_to_path, pool, pool, queue), deployment(clean_one_path, pool, pool, queue)]
     return out
 
 

@@ -25,6 +25,11 @@ def needed_run(phase: str, live_run: str | None) -> str | None:
 
 
 def orphans(children: list[str], recorded: list[str]) -> list[str]:
-    """The directories among `children` (of a models dir) that no recorded path is at or below."""
-    return sorted(c for c in children
-                  if not any(r == c or r.startswith(c.rstrip("/") + "/") for r in map(posixpath.normpath, recorded)))
+    """The directories among `children` (of a models dir) that no recorded path is at or below: each recorded
+    path and the directories above it are owned (linear in the paths, not their product)."""
+    owned = set()
+    for path in map(posixpath.normpath, recorded):
+        while path not in owned and path not in ("/", ""):
+            owned.add(path)
+            path = posixpath.dirname(path)
+    return sorted(c for c in children if c.rstrip("/") not in owned)

@@ -513,7 +513,7 @@ def _fetch(target: Dir, remotes: Sequence[RemoteFile], transfer: Transfer, on_by
     per_file = [[(f, p) for p in ([p for p in f.parts if not p.complete] or [None])] for f in files]
     jobs = [job for i in range(0, len(per_file), FILES_AT_ONCE)
             for turn in zip_longest(*per_file[i:i + FILES_AT_ONCE]) for job in turn if job]
-    watchdog = Watchdog(deadline, pace, lambda: on_bytes(0), fail, f"download of {what} into {target}")
+    watchdog = Watchdog(deadline, pace, lambda: on_bytes(0), fail, f"download of {what} into {target}", stop)
     with ThreadPoolExecutor(max_workers=CONNECTIONS, thread_name_prefix="fetch") as pool, watchdog:
         futures = [pool.submit(run, file, part) for file, part in jobs]
         for future in futures:

@@ -14,6 +14,9 @@ Whatever the Hub answers is checked before it is used: the commit, every file's 
 redirect only to the endpoint's own origin, to an https host whose addresses are not loopback,
 link-local or private (unless the endpoint's are of the same kind), or to a host the setting
 `hub_redirect_hosts` allows; at most MAX_REDIRECTS of them.
+
+Every request to the endpoint's origin is taken from the Hub request budget first, and a 429 is absorbed
+(`weightkeeper.hubbudget`, which says what counts).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import socket
 import threading
 import urllib.request
 from collections.abc import Callable, Collection
+from typing import TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import httpx2
@@ -53,6 +57,7 @@ from weightkeeper.download import (
     shown,
 )
 from weightkeeper.errors import DownloadError
+from weightkeeper.hubbudget import UNMETERED, HubBudget, Throttled, budget_key
 from weightkeeper.layout import HfSource
 from weightkeeper.planning import select_files
 from weightkeeper.watchdog import Pace, current, read_body
@@ -63,6 +68,7 @@ MAX_REDIRECTS = 5
 # cut short is resumed by weightkeeper.download from the bytes written.
 RETRIES = urllib3.Retry(total=None, connect=2, read=0, status=0, other=0, redirect=False)
 DEFAULT_PORTS = {"http": 80, "https": 443}
+R = TypeVar("R")
 
 _pools: dict[str | None, urllib3.PoolManager] = {}
 _pools_lock = threading.Lock()
@@ -168,14 +174,30 @@ def hub_error(error: Exception, source: HfSource, endpoint: str | None) -> Downl
     return DownloadError(f"downloading {source.repo_id} failed: {error}")
 
 
-def resolve_snapshot(source: HfSource, endpoint: str | None, token: str | None, limits: Limits = Limits()) -> Snapshot:
-    """One request: the commit of the revision (a 40-hex revision as is) and the files to fetch, checked."""
-    api = HfApi(endpoint=endpoint, token=token or False)
+def _hub_call(call: Callable[[], R], source: HfSource, endpoint: str | None) -> R:
+    """`call()` through `huggingface_hub`: its 429 answer raised as Throttled, any other error as `hub_error`."""
     try:
-        info = api.model_info(source.repo_id, revision=source.revision, files_metadata=True,
-                              timeout=API_TIMEOUT_SECONDS)
+        return call()
+    except HfHubHTTPError as e:
+        if e.response is not None and e.response.status_code == 429:
+            raise Throttled(e.response.headers) from None
+        raise hub_error(e, source, endpoint) from None
     except Exception as e:  # noqa: BLE001 - every client error becomes a DownloadError
         raise hub_error(e, source, endpoint) from None
+
+
+def _bucket(url: str) -> str:
+    return "api" if urlsplit(url).path.startswith("/api/") else "resolve"
+
+
+def resolve_snapshot(source: HfSource, endpoint: str | None, token: str | None, limits: Limits = Limits(),
+                     budget: HubBudget = UNMETERED) -> Snapshot:
+    """One request: the commit of the revision (a 40-hex revision as is) and the files to fetch, checked."""
+    api = HfApi(endpoint=endpoint, token=token or False)
+    home = endpoint or constants.ENDPOINT
+    info = budget.call(budget_key(home, token), "api", lambda: _hub_call(lambda: api.model_info(
+        source.repo_id, revision=source.revision, files_metadata=True, timeout=API_TIMEOUT_SECONDS), source, endpoint),
+        f"{source.repo_id} on {home}")
     where = f"{source.repo_id} from {endpoint or 'the Hugging Face Hub'}"
     if source.pinned_commit and info.sha != source.pinned_commit:
         raise DownloadError(f"refusing {where}: it answered commit {shown(info.sha)} for {source.uri}",
@@ -194,13 +216,14 @@ def resolve_snapshot(source: HfSource, endpoint: str | None, token: str | None, 
 
 
 def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str | None,
-                 redirect_hosts: Collection[str] = ()) -> Transfer:
+                 redirect_hosts: Collection[str] = (), budget: HubBudget = UNMETERED) -> Transfer:
     """Ranges of a commit's files: one HEAD per file (through `huggingface_hub`) finds where it is served;
     a redirect there or on the way is followed only where `redirect_problem` finds none."""
     headers = build_hf_headers(token=token or False, library_name="weightkeeper")
     anonymous = {k: v for k, v in headers.items() if k.lower() != "authorization"}
     timeout = urllib3.Timeout(connect=API_TIMEOUT_SECONDS, read=float(constants.HF_HUB_DOWNLOAD_TIMEOUT))
     home = endpoint or constants.ENDPOINT
+    key = budget_key(home, token)
     located: dict[str, str] = {}
     locks: dict[str, threading.Lock] = {}
     guard = threading.Lock()
@@ -215,27 +238,41 @@ def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str
         """Where the file's bytes are served."""
         with guard:
             lock = locks.setdefault(remote.path, threading.Lock())
-        with lock:
+        with current().idle():  # another range of the file may be waiting for the budget
+            lock.acquire()
+        try:
             if remote.path not in located:
                 url = hf_hub_url(source.repo_id, remote.path, revision=commit, endpoint=endpoint)
-                try:
-                    meta = get_hf_file_metadata(url, token=token or False, timeout=API_TIMEOUT_SECONDS,
-                                                endpoint=endpoint, library_name="weightkeeper")
-                except Exception as e:  # noqa: BLE001
-                    raise hub_error(e, source, endpoint) from None
+                meta = budget.call(key, "resolve", lambda: _hub_call(lambda: get_hf_file_metadata(
+                    url, token=token or False, timeout=API_TIMEOUT_SECONDS, endpoint=endpoint,
+                    library_name="weightkeeper"), source, endpoint), f"{remote.path} of {source.repo_id}")
                 located[remote.path] = check(remote, urljoin(url, meta.location)) if meta.location else url
             return located[remote.path]
+        finally:
+            lock.release()
 
     def get(remote: RemoteFile, location: str, wanted: dict[str, str]) -> urllib3.BaseHTTPResponse:
-        """The GET of `location`, through checked redirects; the token only to the endpoint's origin."""
-        for _ in range(MAX_REDIRECTS + 1):
-            sent = headers if _origin(location) == _origin(home) else anonymous
+        """The GET of `location`, through checked redirects; the token only to the endpoint's origin, and only
+        requests there taken from the budget."""
+        def send(location: str, own: bool) -> urllib3.BaseHTTPResponse:
             try:
-                response = _pool(location).request("GET", location, headers={**sent, **wanted}, preload_content=False,
-                                                   decode_content=False, retries=RETRIES, redirect=False,
-                                                   timeout=timeout)
+                response = _pool(location).request("GET", location, headers={**(headers if own else anonymous),
+                                                   **wanted}, preload_content=False, decode_content=False,
+                                                   retries=RETRIES, redirect=False, timeout=timeout)
             except urllib3.exceptions.HTTPError as e:
                 raise hub_error(e, source, endpoint) from None
+            if own and response.status == 429:
+                throttled = Throttled(response.headers)
+                response.close()
+                raise throttled
+            return response
+
+        for _ in range(MAX_REDIRECTS + 1):
+            if _origin(location) == _origin(home):
+                response = budget.call(key, _bucket(location), lambda at=location: send(at, True),
+                                       f"{remote.path} of {source.repo_id}")
+            else:
+                response = send(location, False)
             if not (hop := response.get_redirect_location()):
                 return response
             response.close()
@@ -271,7 +308,8 @@ def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str
 
 def fetch_snapshot(source: HfSource, snapshot: Snapshot, target: Dir, endpoint: str | None, token: str | None,
                    on_progress: Callable[[int], None], deadline: float, pace: Pace = Pace(),
-                   redirect_hosts: Collection[str] = ()) -> int:
+                   redirect_hosts: Collection[str] = (), budget: HubBudget = UNMETERED) -> int:
     """`fetch_files` from the Hub."""
-    return fetch_files(snapshot, target, hub_transfer(source, snapshot.commit, endpoint, token, redirect_hosts),
+    return fetch_files(snapshot, target, hub_transfer(source, snapshot.commit, endpoint, token, redirect_hosts,
+                                                      budget),
                        on_progress, deadline, f"{source.repo_id}@{snapshot.commit[:12]}", pace)

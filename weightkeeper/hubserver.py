@@ -11,6 +11,10 @@ File contents are stored content-addressed under ``root/blobs/<sha256>`` and str
 (throttling, injected error statuses, dropped connections, a whole-Hub outage, bodies that drip, redirects to any
 URL, and model metadata answering anything) can be injected per repo.
 
+With ``set_rate_limit`` a bucket (``api``: ``/api/...``; ``resolvers``: ``/resolve/``) answers 429 past a number of
+requests per fixed window (starting with the window's first request), with the headers the Hub sends: ``Retry-After``,
+``RateLimit: "api";r=0;t=<seconds to reset>`` and ``RateLimit-Policy: "fixed window";"api";q=<limit>;w=<window>``.
+
 Access control follows the Hub: a gated repo's metadata and tree are public but its files answer 401 (no token) or
 403 (wrong token) with ``X-Error-Code: GatedRepo``; a private repo answers 401/404 ``RepoNotFound`` everywhere.
 """
@@ -21,6 +25,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -120,6 +125,7 @@ class _Rule:
     needle: str | None  # path substring (fail_next) or exact filename (drop_after); None matches all
     status: int = 0
     retry_after: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)  # fail_next: more headers to answer with
     nbytes: int = 0
     every: float = 0.0  # drip: seconds between two sends of nbytes
     url: str = ""  # redirect: where to
@@ -245,6 +251,8 @@ class _Handler(BaseHTTPRequestHandler):
             hub.requests.append(self.record)
         try:
             hub._check_faults(self.record.repo_id, self.path)
+            if api or resolve and resolve.re is _RESOLVE_RE:
+                hub._check_rate("api" if api else "resolvers")
             if api:
                 self._api(api, parse_qs(url.query))
             elif resolve and resolve.re is _CDN_RE:
@@ -401,6 +409,9 @@ class HubServer:
         self._redirects: list[_Rule] = []
         self._tampering: dict[str, dict[str | None, dict]] = {}
         self._offline = False
+        self._rate_limits: dict[str, tuple[int, float]] = {}  # bucket: (requests, per seconds)
+        self._rate_windows: dict[str, tuple[float, int]] = {}  # bucket: (window start, requests in it)
+        self._throttled: Counter[str] = Counter()  # 429 answers of the rate limit, by bucket
         self.cdn_redirects = False  # True: LFS files redirect to a CDN URL on another origin, as on the Hub
 
     # -- lifecycle --------------------------------------------------------------------------------------------
@@ -514,8 +525,14 @@ class HubServer:
         with self._lock:
             return sum(r.bytes_sent for r in self.requests if r.filename is not None and repo_id in (None, r.repo_id))
 
+    def throttled_count(self, bucket: str | None = None) -> int:
+        """Number of 429 answers the rate limit sent (to ``bucket``'s requests, or to any)."""
+        with self._lock:
+            return sum(n for b, n in self._throttled.items() if bucket in (None, b))
+
     def reset_stats(self) -> None:
         with self._lock:
+            self._throttled.clear()
             self.requests.clear()
             self.peak_concurrent_repos = sum(1 for n in self._inflight.values() if n)
 
@@ -557,10 +574,41 @@ class HubServer:
             return self._throttle.get(repo_id, self._throttle.get(None))
 
     def fail_next(self, n: int, status: int, *, retry_after: int | None = None, repo_id: str | None = None,
-                  path_contains: str | None = None) -> None:
-        """Answer the next ``n`` matching requests (any endpoint) with ``status`` and optional ``Retry-After``."""
+                  path_contains: str | None = None, headers: dict[str, str] | None = None) -> None:
+        """Answer the next ``n`` matching requests (any endpoint) with ``status``, optional ``Retry-After`` and
+        ``headers`` (any text, e.g. a garbage ``RateLimit``)."""
         with self._lock:
-            self._faults.append(_Rule(n, repo_id, path_contains, status=status, retry_after=retry_after))
+            self._faults.append(_Rule(n, repo_id, path_contains, status=status, retry_after=retry_after,
+                                      headers=dict(headers or {})))
+
+    def set_rate_limit(self, bucket: str, limit: int | None, window: float = 300.0) -> None:
+        """Answer 429 to the requests of ``bucket`` (``api`` or ``resolvers``) past ``limit`` in a fixed window of
+        ``window`` seconds, as the Hub does; None removes the limit."""
+        with self._lock:
+            self._rate_windows.pop(bucket, None)
+            if limit is None:
+                self._rate_limits.pop(bucket, None)
+            else:
+                self._rate_limits[bucket] = (limit, window)
+
+    def _check_rate(self, bucket: str) -> None:
+        with self._lock:
+            if (rule := self._rate_limits.get(bucket)) is None:
+                return
+            limit, window = rule
+            now = time.monotonic()
+            start, count = self._rate_windows.get(bucket, (now, 0))
+            if now >= start + window:
+                start, count = now, 0
+            self._rate_windows[bucket] = (start, count + 1)
+            if count < limit:
+                return
+            self._throttled[bucket] += 1
+        reset = max(1, math.ceil(start + window - now))
+        headers = {"Retry-After": str(reset), "RateLimit": f'"{bucket}";r=0;t={reset}',
+                   "RateLimit-Policy": f'"fixed window";"{bucket}";q={limit};w={math.ceil(window)}'}
+        raise _HubError(429, f"We had to rate limit you, you hit the quota of {limit} {bucket} requests per "
+                             f"{window:g} seconds period.", "RateLimited", headers)
 
     def drop_after(self, nbytes: int, *, count: int = 1, repo_id: str | None = None,
                    filename: str | None = None) -> None:
@@ -611,7 +659,7 @@ class HubServer:
             fault = self._take(self._faults, repo_id, lambda needle: needle in path)
         if fault is not None:
             headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
-            raise _HubError(fault.status, HTTPStatus(fault.status).phrase, headers=headers)
+            raise _HubError(fault.status, HTTPStatus(fault.status).phrase, headers={**headers, **fault.headers})
 
     @staticmethod
     def _take(rules: list[_Rule], repo_id: str | None, matches) -> _Rule | None:

@@ -26,6 +26,7 @@ from weightkeeper.errors import DownloadError
 
 SLOT_POLL_SECONDS = 1.0
 SLOT_LEASE_SECONDS = 60.0  # the shortest lease Prefect's server grants (`lease_duration` >= 60)
+SLOT_WAIT = "Waiting for a download slot"  # how a waiting download's (or staging's) message begins: /metrics counts them
 
 logger = logging.getLogger("weightkeeper.runtime")
 _TAKING = threading.Lock()  # one slot request at a time in this process (Prefect's slot service queues them too)

@@ -1,6 +1,7 @@
 """`weightkeeper serve`: everything needed to run weightkeeper from the Prefect UI, on schedules and over
 the API, on one host: a Prefect server (`weightkeeper.prefectserver`, unless `PREFECT_API_URL` names one),
-the download limit, the work pools, every deployment, one process worker per pool, and the REST API.
+the download limit, the work pools, every deployment, a run-limited process worker per work queue, and the
+REST API.
 
 The Prefect server holds Secret blocks and starts any deployment: beyond loopback (and with `prefect_auth`)
 it requires the credential of `weightkeeper.prefectserver.prefect_credential`, which the workers and this
@@ -19,17 +20,25 @@ from weightkeeper.config import Settings
 from weightkeeper.errors import InvalidInputError, WeightkeeperError
 from weightkeeper.prefectserver import AUTH_ENV, AUTH_FILE, LOOPBACK, PARENT_ENV, prefect_api, spawn, stop
 
+WORKER_QUERY_SECONDS = 2  # Prefect's default, 10 s, leaves a freed run slot idle that long
+
 
 def start_workers(settings: Settings) -> list[subprocess.Popen]:
-    """One process worker per work pool of this host (a Kubernetes pool's worker runs in its cluster:
-    `weightkeeper kubernetes worker-manifests`). They inherit the Prefect API URL and credential `prefect_api`
-    put in the environment."""
+    """One process worker per work queue of each work pool of this host (a Kubernetes pool's worker runs in its
+    cluster: `weightkeeper kubernetes worker-manifests`), each running at most `worker_run_limit` flow runs at
+    once (a burst waits in the queue) and polling it every WORKER_QUERY_SECONDS unless the operator set
+    `PREFECT_WORKER_QUERY_SECONDS`. They inherit the Prefect API URL and credential `prefect_api` put in the
+    environment."""
+    from weightkeeper.deployments import worker_queues
+
     env = dict(os.environ, **{PARENT_ENV: str(os.getpid())})  # they exit with this process, even killed
+    env.setdefault("PREFECT_WORKER_QUERY_SECONDS", str(WORKER_QUERY_SECONDS))
     if settings.config_path:
         env["WEIGHTKEEPER_CONFIG"] = str(settings.config_path)
-    return [spawn(["weightkeeper.worker", "--pool", pool, "--type", "process", "--name", f"{pool}-worker"],
-                  settings.home / "logs" / f"worker-{pool}.log", env)
-            for pool in settings.pools if pool not in settings.kubernetes_pools]
+    return [spawn(["weightkeeper.worker", "--pool", pool, "--work-queue", queue, "--type", "process",
+                   "--limit", str(settings.worker_run_limit), "--name", f"{pool}-{queue}-worker"],
+                  settings.home / "logs" / f"worker-{pool}-{queue}.log", env)
+            for pool, queue in worker_queues(settings) if pool not in settings.kubernetes_pools]
 
 
 def serve(settings: Settings, port: int, api_host: str, api_port: int | None, prefect_host: str | None = None,

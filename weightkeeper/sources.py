@@ -8,6 +8,7 @@ from weightkeeper.anchored import Dir
 from weightkeeper.config import Settings
 from weightkeeper.download import Limits, Snapshot
 from weightkeeper.hub import fetch_snapshot
+from weightkeeper.hubbudget import UNMETERED, HubBudget
 from weightkeeper.errors import DownloadError
 from weightkeeper.layout import HfSource, S3Source, parse_source
 from weightkeeper.credentials import load_s3_credentials, load_token
@@ -39,9 +40,12 @@ def s3_uri(settings: Settings, source: str, staging_uri: str | None) -> str | No
 
 
 def fetch_model_files(settings: Settings, source: str, staging_uri: str | None, token_block: str | None,
-                      snapshot: Snapshot, target: Dir, on_progress: Callable[[int], None], deadline: float) -> int:
-    """Fetch the snapshot's missing files into `target` from S3 when the model has it there, else the Hub."""
+                      snapshot: Snapshot, target: Dir, on_progress: Callable[[int], None], deadline: float,
+                      budget: HubBudget = UNMETERED) -> int:
+    """Fetch the snapshot's missing files into `target` from S3 when the model has it there, else the Hub
+    (its requests taken from `budget`)."""
     if uri := s3_uri(settings, source, staging_uri):
         return fill_from_s3(s3_client(settings), uri, snapshot, target, on_progress, deadline, pace(settings))
     return fetch_snapshot(HfSource(snapshot.repo_id, snapshot.commit), snapshot, target, settings.hf_endpoint,
-                          load_token(token_block), on_progress, deadline, pace(settings), settings.hub_redirect_hosts)
+                          load_token(token_block), on_progress, deadline, pace(settings), settings.hub_redirect_hosts,
+                          budget)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from weightkeeper.config import Settings, User
 from weightkeeper.layout import S3Source, parse_source
 from weightkeeper.registry import Model
+from weightkeeper.registry.listing import Viewer
 
 OWNER_FIELDS = ("tokenBlock", "stagingUri", "message")
 OWNER_PATH_FIELDS = ("path", "message", "sharedCopy")
@@ -27,6 +28,11 @@ def visible(model: Model, user: User, settings: Settings) -> bool:
     public = _public(settings)
     targets = public if model.targets is None else set(model.targets)
     return bool(public & (targets | {p.workspace for p in model.local_paths}))
+
+
+def viewer(user: User, settings: Settings) -> Viewer:
+    """Whose list the registry pages through for `user` (the rule of `visible`, applied in SQL)."""
+    return Viewer(None if user.admin else user.name, frozenset(_public(settings)))
 
 
 def redact(model_json: dict, user: User, settings: Settings) -> dict:

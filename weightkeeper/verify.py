@@ -7,6 +7,7 @@ import stat
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from weightkeeper.anchored import Dir
 from weightkeeper.download import RemoteFile, digest_problem, expected_digest, file_hasher
@@ -34,33 +35,80 @@ def _digest(d: Dir, name: str, remote: RemoteFile) -> str:
     return h.hexdigest()
 
 
-def _check(root: Dir, remote: RemoteFile, deep: bool) -> Problem | None:
-    folder, _, name = remote.path.rpartition("/")
+Listed = tuple[str, int]  # a recorded file as the cheap check needs it: its path and size
+
+
+def listed(files: list) -> tuple[Listed, ...] | None:
+    """A manifest as the cheap check needs it (no digest parsed); None when an entry is not a path and a size
+    (`RemoteFile.from_json`, in the copy's own check, says which and why)."""
+    out = []
+    for f in files:
+        if type(f) is not dict or type(path := f.get("path")) is not str or type(size := f.get("size")) is not int \
+                or size < 0:
+            return None
+        out.append((path, size))
+    return tuple(out)
+
+
+def hash_due(verified_at: datetime | None, interval_seconds: float, now: datetime) -> bool:
+    """A copy is hashed in full when it never was, or not within the verify interval."""
+    return verified_at is None or verified_at < now - timedelta(seconds=interval_seconds)
+
+
+def _check_entry(d: Dir, name: str, path: str, size: int, remote: RemoteFile | None) -> Problem | None:
+    st = d.lstat(name)
+    if st is None:
+        return Problem(path, "missing")
+    if stat.S_ISLNK(st.st_mode):
+        return Problem(path, "is a symlink, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        return Problem(path, "not a regular file")
+    if st.st_size != size:
+        return Problem(path, f"size {st.st_size}, expected {size}")
+    if remote is not None and (problem := digest_problem(remote)):
+        return Problem(path, f"cannot be checked: {problem}")
+    if remote is not None and _digest(d, name, remote) != expected_digest(remote):
+        return Problem(path, "content does not match its checksum")
+    return None
+
+
+def _check(root: Dir, path: str, size: int, remote: RemoteFile | None = None) -> Problem | None:
+    """The file's problem, if any; with `remote`, its content is hashed too."""
+    folder, _, name = path.rpartition("/")
+    if not folder:
+        return _check_entry(root, name, path, size, remote)
     try:
         d = root.descend(folder)
     except UnsafePathError:
-        return Problem(remote.path, "a directory on its way is a symlink")
+        return Problem(path, "a directory on its way is a symlink")
     except (FileNotFoundError, NotADirectoryError):
-        return Problem(remote.path, "missing")
+        return Problem(path, "missing")
     with d:
-        st = d.lstat(name)
-        if st is None:
-            return Problem(remote.path, "missing")
-        if stat.S_ISLNK(st.st_mode):
-            return Problem(remote.path, "is a symlink, not a file")
-        if not stat.S_ISREG(st.st_mode):
-            return Problem(remote.path, "not a regular file")
-        if st.st_size != remote.size:
-            return Problem(remote.path, f"size {st.st_size}, expected {remote.size}")
-        if deep and (problem := digest_problem(remote)):
-            return Problem(remote.path, f"cannot be checked: {problem}")
-        if deep and _digest(d, name, remote) != expected_digest(remote):
-            return Problem(remote.path, "content does not match its checksum")
-    return None
+        return _check_entry(d, name, path, size, remote)
+
+
+def check_sizes(root: Dir, files: Sequence[Listed]) -> list[Problem]:
+    """The cheap check of the copy in `root`: each file present, regular and of its size, a stat each in this
+    thread; no symlink is followed. A file directly in `root` that passes costs the stat alone."""
+    problems = []
+    for path, size in files:
+        if "/" not in path:
+            try:
+                st = os.stat(path, dir_fd=root.fd, follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_size == size:
+                    continue
+            except OSError:
+                pass  # said below
+        if problem := _check(root, path, size):
+            problems.append(problem)
+    return problems
 
 
 def verify_copy(root: Dir, files: Sequence[RemoteFile], deep: bool, workers: int = 4) -> list[Problem]:
     """Problems of the copy in `root` (empty when it is complete and correct). `deep` hashes every
-    file, `workers` at a time; otherwise only presence, type and size are checked. No symlink is followed."""
+    file, `workers` at a time; otherwise only presence, type and size are checked (`check_sizes`). No
+    symlink is followed."""
+    if not deep:
+        return check_sizes(root, [(f.path, f.size) for f in files])
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return [p for p in pool.map(lambda f: _check(root, f, deep), files) if p]
+        return [p for p in pool.map(lambda f: _check(root, f.path, f.size, f), files) if p]

@@ -54,6 +54,29 @@ class Connection:
             with self.watchdog.lock:  # never aborts a connection handed back to its pool
                 self.abort = None
 
+    @contextmanager
+    def idle(self) -> Iterator[None]:
+        """While inside, the range waits before sending (for the Hub request budget): no stall is counted."""
+        if self.watchdog is None:
+            yield
+            return
+        with self.watchdog.lock:
+            self.watchdog.busy.discard(self)
+            self.watchdog.done += self.received
+            self.received = 0
+        try:
+            yield
+        finally:
+            with self.watchdog.lock:
+                self.watchdog.busy.add(self)
+
+    def pause(self, seconds: float) -> bool:
+        """Sleep up to `seconds`; True (at once) when the fetch stops meanwhile."""
+        if self.watchdog is None or self.watchdog.stop is None:
+            time.sleep(seconds)
+            return False
+        return self.watchdog.stop.wait(seconds)
+
 
 _local = threading.local()
 
@@ -75,8 +98,9 @@ class Watchdog:
     fetch's error and stops its ranges; the watchdog then aborts the ranges in flight."""
 
     def __init__(self, deadline: float, pace: Pace, poll: Callable[[], None],
-                 fail: Callable[[BaseException], None], what: str):
+                 fail: Callable[[BaseException], None], what: str, stop: threading.Event | None = None):
         self.deadline, self.pace, self.poll, self.fail, self.what = deadline, pace, poll, fail, what
+        self.stop = stop  # set when the fetch stops (by `fail` or another range's error)
         self.lock, self.fired, self.done = threading.Lock(), False, 0
         self.busy: set[Connection] = set()
         self.samples: deque[tuple[float, int]] = deque()  # (time, bytes received) while a range was in flight

@@ -17,6 +17,7 @@ from enum import StrEnum
 from sqlalchemy import delete, select
 
 from weightkeeper.registry.common import DELETING, Holder, _utc, process_start_time, this_host, utcnow
+from weightkeeper.registry.metrics import LEASE_TAKEOVERS
 from weightkeeper.registry.schema import LeaseRow, LocalPathRow, ModelRow
 
 
@@ -68,6 +69,15 @@ def takeable(lease: Lease | None, holder: Holder, now: datetime, here: str,
     return lease is None or lease.holder.run == holder.run or abandoned(lease, now, here, alive)
 
 
+def takeover(lease: Lease, holder: Holder, now: datetime, here: str,
+             alive: Callable[[Holder], bool] = process_alive) -> str | None:
+    """Why taking `lease` for `holder` takes it from another run: `abandoned` (it lapsed, or its process is gone)
+    or `preempted` (a live run's, taken by force); None for its own lease or a reservation (no work is lost)."""
+    if lease.holder.run == holder.run or lease.holder.is_reservation:
+        return None
+    return "abandoned" if abandoned(lease, now, here, alive) else "preempted"
+
+
 def as_lease(row: LeaseRow) -> Lease:
     return Lease(row.kind, row.key, Holder(row.holder, row.host, row.pid, row.started), row.purpose,
                  _utc(row.acquired_at), _utc(row.expires_at))
@@ -96,6 +106,8 @@ class LeaseOps:
         if row is None:
             row = LeaseRow(kind=kind, key=key)
             s.add(row)
+        elif reason := takeover(as_lease(row), holder, now, this_host()):
+            self._add(s, LEASE_TAKEOVERS, kind=kind, reason=reason)
         if row.holder != holder.run:
             row.acquired_at = now
         row.holder, row.host, row.pid, row.started = holder.run, holder.host, holder.pid, holder.started

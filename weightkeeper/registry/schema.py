@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text,
+                        UniqueConstraint)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -34,6 +35,15 @@ class ModelRow(Base):
     """A declared model."""
 
     __tablename__ = "models"
+    # the list's sorts, alone and after an equality filter (phase, owner), so that a page is read in order
+    __table_args__ = (Index("ix_models_created_at_id", "created_at", "id"),
+                      Index("ix_models_size_bytes_id", "size_bytes", "id"),
+                      Index("ix_models_phase_name", "phase", "name"),
+                      Index("ix_models_phase_created_at_id", "phase", "created_at", "id"),
+                      Index("ix_models_phase_size_bytes_id", "phase", "size_bytes", "id"),
+                      Index("ix_models_owner_name_name", "owner_name", "name"),
+                      Index("ix_models_owner_name_created_at_id", "owner_name", "created_at", "id"),
+                      Index("ix_models_owner_name_size_bytes_id", "owner_name", "size_bytes", "id"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(63), unique=True)
@@ -57,6 +67,7 @@ class ModelRow(Base):
     keep_files: Mapped[bool] = mapped_column(Boolean, default=False)
     staging_uri: Mapped[str | None] = mapped_column(Text, index=True)  # s3://bucket/prefix/<dir>/<commit>/
     staging_owned: Mapped[bool] = mapped_column(Boolean, default=False)  # weightkeeper uploaded it: delete it too
+    size_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")  # of its snapshot (0: unpinned)
 
     paths: Mapped[list[LocalPathRow]] = relationship(
         back_populates="model", cascade="all, delete-orphan", order_by="LocalPathRow.id"
@@ -65,7 +76,8 @@ class ModelRow(Base):
 
 class LocalPathRow(Base):
     __tablename__ = "local_paths"
-    __table_args__ = (UniqueConstraint("model_id", "cluster", "path"),)
+    __table_args__ = (UniqueConstraint("model_id", "cluster", "path"),
+                      Index("ix_local_paths_workspace_model_id", "workspace", "model_id"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
@@ -109,3 +121,31 @@ class ArtifactRow(Base):
     unreachable_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class HubBudgetRow(Base):
+    """The Hub request budget of one bucket (`api`, `resolve`) of one endpoint and token (`key`: the sha256 of
+    both, never the token): the requests of the last window by slot, a 429's block, and counters."""
+
+    __tablename__ = "hub_budget"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    bucket: Mapped[str] = mapped_column(String(16), primary_key=True)
+    slot: Mapped[int] = mapped_column(BigInteger, default=0)  # the latest slot counted (see registry.budget)
+    counts: Mapped[list] = mapped_column(JSON, default=list)  # requests granted in the slots up to it
+    blocked_until: Mapped[float] = mapped_column(Float, default=0.0)  # epoch seconds: a 429 said wait until then
+    requests: Mapped[int] = mapped_column(BigInteger, default=0)  # requests sent, ever
+    throttled: Mapped[int] = mapped_column(BigInteger, default=0)  # 429 answers received, ever
+
+
+class MetricRow(Base):
+    """A counter, or one bucket of a histogram (its observations above the bucket below, up to `le`, and their
+    sum), added to by whichever process sees the event (`registry.metrics`)."""
+
+    __tablename__ = "metric_counters"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    labels: Mapped[str] = mapped_column(String(255), primary_key=True)  # the label values, a JSON list
+    le: Mapped[str] = mapped_column(String(16), primary_key=True)  # a histogram bucket's bound; "" for a counter
+    count: Mapped[int] = mapped_column(BigInteger, default=0)  # a counter's value; a bucket's observations
+    total: Mapped[float] = mapped_column(Float, default=0.0)  # a bucket's sum of observed values

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 from alembic import command
 from alembic.config import Config
@@ -29,10 +30,10 @@ from weightkeeper.layout import REUSE_IF_EXISTS
 from weightkeeper.planning import Plan, path_decision
 from weightkeeper.registry.artifacts import ArtifactOps
 from weightkeeper.registry.budget import BudgetOps
-from weightkeeper.registry.leases import CLEANUP, Kind, Lease, LeaseOps
+from weightkeeper.registry.leases import CLEANUP, Kind, Lease, LeaseOps, as_lease
 from weightkeeper.registry.listing import ListOps
-from weightkeeper.registry.metrics import MetricOps
-from weightkeeper.registry.runs import RunOps
+from weightkeeper.registry.metrics import CLEANUP_FAILURES, MetricOps
+from weightkeeper.registry.runs import RunLease, RunOps
 from weightkeeper.registry.common import (
     CLEANING,
     DELETING,
@@ -47,7 +48,7 @@ from weightkeeper.registry.common import (
     scrub_message,
     utcnow,
 )
-from weightkeeper.registry.schema import ArtifactRow, LocalPathRow, ModelRow
+from weightkeeper.registry.schema import ArtifactRow, LeaseRow, LocalPathRow, ModelRow
 
 
 @dataclass
@@ -106,6 +107,7 @@ class Model:
     staging_lease: Lease | None = None  # the run staging it
     local_paths: list[LocalPath] = field(default_factory=list)
     id: int = 0
+    size_bytes: int = 0  # of its snapshot, once pinned
 
     @property
     def is_deleted(self) -> bool:
@@ -120,6 +122,7 @@ class Model:
             "downloadPolicy": self.download_policy, "keepFiles": self.keep_files, "stagingUri": self.staging_uri,
             "phase": self.phase, "message": self.message, "createdAt": _iso(self.created_at),
             "updatedAt": _iso(self.updated_at), "isDeleted": self.is_deleted, "deletionTime": _iso(self.deletion_time),
+            "sizeBytes": self.size_bytes if self.files is not None else None,
             "localPaths": [p.to_json(shared.get(p.artifact_id)) for p in self.local_paths],
         }
 
@@ -159,11 +162,12 @@ def _path_view(row: LocalPathRow, leases: dict[int, Lease]) -> LocalPath:
                      _utc(row.verified_at), row.retired, row.adopted, row.failover_attempts, row.made)
 
 
-def _views(s: Session, rows: list[ModelRow]) -> list[Model]:
-    """Views of models, with their leases read in two queries."""
-    paths = LeaseOps._leases(s, Kind.PATH, [p.id for row in rows for p in row.paths])
-    staging = LeaseOps._leases(s, Kind.STAGING, [row.id for row in rows])
-    return [_view(row, paths, staging.get(row.id)) for row in rows]
+def _views(s: Session, rows: list[ModelRow], leases: dict[str, dict[int, Lease]] | None = None) -> list[Model]:
+    """Views of models, with their leases read in two queries (or already read: `leases` by kind, then key)."""
+    if leases is None:
+        leases = {Kind.PATH: LeaseOps._leases(s, Kind.PATH, [p.id for row in rows for p in row.paths]),
+                  Kind.STAGING: LeaseOps._leases(s, Kind.STAGING, [row.id for row in rows])}
+    return [_view(row, leases[Kind.PATH], leases[Kind.STAGING].get(row.id)) for row in rows]
 
 
 def _view(row: ModelRow, paths: dict[int, Lease] | None = None, staging: Lease | None = None) -> Model:
@@ -174,7 +178,7 @@ def _view(row: ModelRow, paths: dict[int, Lease] | None = None, staging: Lease |
         row.targets, row.subpath, row.files, row.phase, row.message, _utc(row.created_at), _utc(row.updated_at),
         _utc(row.deletion_time), row.cleanup_attempts, row.download_policy, row.keep_files, row.staging_uri,
         row.staging_owned, staging, [_path_view(p, paths) for p in row.paths],
-        id=row.id,
+        id=row.id, size_bytes=row.size_bytes,
     )
 
 
@@ -385,6 +389,26 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps):
                 query = query.where(ModelRow.paths.any(LocalPathRow.workspace == workspace))
             return _views(s, list(s.scalars(query)))
 
+    def reconcile_state(self) -> tuple[list[Model], dict[str, RunLease]]:
+        """Every model (deleting ones too) with its paths and leases, and the run leases by model name: what a
+        reconcile pass decides on, in three queries whatever the count (plain rows: no ORM object is built)."""
+        with self._tx() as s:
+            paths: dict[int, list] = {}
+            for p in s.execute(select(LocalPathRow.__table__).order_by(LocalPathRow.id)):
+                paths.setdefault(p.model_id, []).append(p)
+            leases: dict[str, dict[int, Lease]] = {kind: {} for kind in Kind}
+            for lease in s.scalars(select(LeaseRow).where(LeaseRow.kind.in_([Kind.RUN, Kind.PATH, Kind.STAGING]))):
+                leases[lease.kind][lease.key] = as_lease(lease)
+            rows = [SimpleNamespace(**m._mapping, paths=paths.get(m.id, []))
+                    for m in s.execute(select(ModelRow.__table__).order_by(ModelRow.name))]
+            runs = {m.name: RunLease(m.name, m.phase, leases[Kind.RUN][m.id]) for m in rows if m.id in leases[Kind.RUN]}
+            return _views(s, rows, leases), runs
+
+    def recorded_paths(self) -> list[str]:
+        """Every path a model (deleting ones too) or a shared copy records, in one query."""
+        with self._tx() as s:
+            return list(s.scalars(select(LocalPathRow.path).union_all(select(ArtifactRow.path))))
+
     def set_phase(self, name: str, phase: str, message: str = "") -> Model:
         """Set a live model's phase; a deleting model keeps `Deleting`."""
         with self._tx() as s:
@@ -415,6 +439,7 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps):
         with self._tx() as s:
             row = self._model(s, name)
             row.commit, row.files, row.updated_at = commit, files, utcnow()
+            row.size_bytes = sum(f["size"] for f in files)
             if source_uri:
                 row.staging_uri, row.staging_owned = source_uri, False
             return _view(row)
@@ -484,6 +509,8 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps):
         path, the path keeps Cleaning with the message and `holder` releases its lease."""
         with self._tx() as s:
             row = self._model(s, name)
+            if attempt > row.cleanup_attempts:
+                self._add(s, CLEANUP_FAILURES)
             row.cleanup_attempts = max(row.cleanup_attempts, attempt)
             row.message, row.updated_at = scrub_message(message), utcnow()
             if path_id is not None and self._holds(s, Kind.PATH, path_id, holder):
@@ -642,7 +669,7 @@ DISCONNECT_RETRIES = 3
 # Writes whose second run after a committed first one would answer differently (or count twice): never
 # retried, since a connection cut during COMMIT leaves unknown whether the first one landed.
 NOT_IDEMPOTENT = frozenset({"create_model", "update_model", "retry_model", "release_model", "fail_over",
-                            "delete_artifact"})
+                            "delete_artifact", "record"})
 
 
 def _retry_on_disconnect(method):

@@ -1,0 +1,185 @@
+"""Every request weightkeeper sends to the Hub endpoint's origin is taken from the registry's shared budget
+first (`weightkeeper.registry.budget`), and a 429 answer is absorbed: its wait is recorded for every worker,
+then the request is sent again, at most THROTTLE_ATTEMPTS times.
+
+What counts: `model_info` is one `api` request; each file's HEAD (`get_hf_file_metadata`) and each GET of a
+range, or redirect hop, on the endpoint's origin is one `resolve` request. Requests to another origin (the
+CDN the Hub redirects LFS files to) are not the Hub's to count and take nothing. A HEAD the Hub redirects
+within its own origin (a renamed repository) counts once.
+
+How long a 429 says to wait comes from its `Retry-After` (seconds or an HTTP date) and its IETF-draft
+`RateLimit` header (`"api";r=0;t=55`: none remaining for 55 s) bounded by `RateLimit-Policy`'s window
+(`"fixed window";"api";q=1000;w=300`); the server is not trusted: garbage is ignored and every wait is
+bounded by the window setting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING, TypeVar
+
+from weightkeeper.config import Settings
+from weightkeeper.download import TransferInterrupted
+from weightkeeper.errors import DownloadError
+from weightkeeper.watchdog import current
+
+if TYPE_CHECKING:
+    from weightkeeper.registry import Registry
+
+THROTTLE_ATTEMPTS = 8  # sends of one request answered 429 before it fails (and its task retries)
+WAIT_STEP_SECONDS = 1.0  # a wait sleeps in steps this long, saying so and staying cancellable
+FALLBACK_WAIT_SECONDS = 2.0  # a 429 with no usable header waits this, doubled each attempt (bounded)
+MIN_WAIT_SECONDS = 0.5  # a 429 that says to wait less (or 0) still waits this: no hammering
+# `"name";k=v;...` (a policy has two names: `"fixed window";"api";q=1000;w=300`)
+_RATELIMIT_ITEM = re.compile(r'\s*"[^"]{0,64}"\s*(?:;\s*"[^"]{0,64}"\s*)*((?:;\s*[a-z]{1,8}\s*=\s*[^;,"]{0,32})*)\s*')
+_PARAM = re.compile(r";\s*([a-z]{1,8})\s*=\s*([^;,]*)")
+_DIGITS = re.compile(r"[0-9]{1,12}")
+R = TypeVar("R")
+
+
+def budget_key(endpoint: str, token: str | None) -> str:
+    """The budget's registry key for an endpoint and token: their sha256 (the token is never stored)."""
+    return hashlib.sha256(f"{endpoint.rstrip('/')}\n{token or ''}".encode()).hexdigest()
+
+
+def budget_message(seconds: float) -> str:
+    return f"Waiting for the Hub request budget (resets in {math.ceil(seconds)} s)"
+
+
+def _params(value: str) -> list[dict[str, str]]:
+    """The items of a structured `RateLimit`/`RateLimit-Policy` value (`"name";k=v;...`, comma-separated), each as
+    its parameters; an item that is not of that form is skipped."""
+    items = []
+    for item in value[:1000].split(","):
+        if (m := _RATELIMIT_ITEM.fullmatch(item.lower())) is None:
+            continue
+        items.append({k: v.strip() for k, v in _PARAM.findall(m[1])})
+    return items
+
+
+def _seconds(text: str | None) -> int | None:
+    return int(text) if text is not None and _DIGITS.fullmatch(text) else None
+
+
+def ratelimit_wait(headers: Mapping[str, str]) -> float | None:
+    """Seconds until the exhausted `RateLimit` item resets (`r=0;t=N`), at most the policy's window `w`; None
+    when no item is exhausted or none parses."""
+    lower = {k.lower(): v for k, v in headers.items() if isinstance(k, str) and isinstance(v, str)}
+    waits = [t for item in _params(lower.get("ratelimit", "")) if _seconds(item.get("r")) == 0
+             and (t := _seconds(item.get("t"))) is not None]
+    if not waits:
+        return None
+    windows = [w for item in _params(lower.get("ratelimit-policy", "")) if (w := _seconds(item.get("w")))]
+    return float(min(max(waits), max(windows))) if windows else float(max(waits))
+
+
+def retry_after_wait(headers: Mapping[str, str], now: float) -> float | None:
+    """`Retry-After` in seconds (delta-seconds or an HTTP date, from `now`); None when absent or garbage."""
+    value = next((v for k, v in headers.items() if isinstance(k, str) and k.lower() == "retry-after"), None)
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    if (seconds := _seconds(value.strip())) is not None:
+        return float(seconds)
+    try:
+        return max(0.0, parsedate_to_datetime(value.strip()).timestamp() - now)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+
+
+def throttle_wait(headers: Mapping[str, str], attempt: int, window: float, now: float) -> float:
+    """How long a 429 says to wait: the longer of `Retry-After` and `RateLimit`, else FALLBACK_WAIT_SECONDS
+    doubled per attempt; at least MIN_WAIT_SECONDS, never more than one `window` (whatever the server says)."""
+    told = [w for w in (retry_after_wait(headers, now), ratelimit_wait(headers)) if w is not None]
+    wait = max(told) if told else FALLBACK_WAIT_SECONDS * 2 ** min(attempt, 16)
+    return min(max(wait, MIN_WAIT_SECONDS), window)
+
+
+class Throttled(Exception):
+    """The Hub answered 429 Too Many Requests (with these headers)."""
+
+    def __init__(self, headers: Mapping[str, str]):
+        super().__init__("429 Too Many Requests")
+        self.headers = dict(headers)
+
+
+class HubBudget:
+    """Takes Hub requests from the registry's budget (None: no budget, only 429s are waited for). `on_wait`
+    is told the seconds left while a request waits (at most every WAIT_STEP_SECONDS; it may raise to stop the
+    wait), and None when no request of this budget waits any more."""
+
+    def __init__(self, registry: Registry | None, limits: Mapping[str, int], window: float,
+                 on_wait: Callable[[float | None], None] = lambda seconds: None):
+        self.registry, self.limits, self.window, self.on_wait = registry, dict(limits), window, on_wait
+        self._lock = threading.Lock()
+        self._waiting, self._told = 0, 0.0
+
+    def _sleep(self, seconds: float) -> None:
+        """Sleep `seconds` in steps, telling `on_wait`; a fetch stopped meanwhile ends the wait (TransferInterrupted)."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            with self._lock:
+                if tell := time.monotonic() - self._told >= WAIT_STEP_SECONDS:
+                    self._told = time.monotonic()
+            if tell:
+                self.on_wait(left)
+            connection = current()
+            with connection.idle():
+                if connection.pause(min(left, WAIT_STEP_SECONDS)):
+                    raise TransferInterrupted("the fetch stopped while waiting for the Hub request budget")
+
+    def _waits(self, wait: Callable[[], float]) -> None:
+        """Sleep while `wait()` says to (seconds), counted among this budget's waiters."""
+        with self._lock:
+            self._waiting += 1
+        try:
+            while (seconds := wait()) > 0:
+                self._sleep(seconds)
+        finally:
+            with self._lock:
+                self._waiting -= 1
+                last = self._waiting == 0 and self._told > 0
+                if last:
+                    self._told = 0.0
+        if last:  # not after an error: what stopped the wait says why
+            self.on_wait(None)
+
+    def take(self, key: str, bucket: str) -> None:
+        """Wait until the budget grants one request of `bucket` (counted as sent)."""
+        if self.registry is not None:
+            registry, limit, window = self.registry, self.limits[bucket], self.window
+            self._waits(lambda: registry.take_hub_request(key, bucket, limit, window))
+
+    def call(self, key: str, bucket: str, send: Callable[[], R], what: str) -> R:
+        """`send()` one request of `bucket` (it raises Throttled on a 429), taken from the budget; a 429 blocks
+        the bucket for every worker as long as it says, then the request is sent again."""
+        for attempt in range(THROTTLE_ATTEMPTS):
+            self.take(key, bucket)
+            try:
+                return send()
+            except Throttled as e:
+                wait = throttle_wait(e.headers, attempt, self.window, time.time())
+            if self.registry is not None:
+                self.registry.hub_throttled(key, bucket, wait)
+            else:
+                until = time.monotonic() + wait
+                self._waits(lambda: until - time.monotonic())
+        raise DownloadError(f"the Hub answered 429 Too Many Requests {THROTTLE_ATTEMPTS} times in a row for {what}; "
+                            "will retry (lower hub_api_requests_per_5min / hub_resolve_requests_per_5min to the "
+                            "token's limits)")
+
+
+def hub_budget(settings: Settings, registry: Registry | None,
+               on_wait: Callable[[float | None], None] = lambda seconds: None) -> HubBudget:
+    """The budget of the settings' limits, shared through `registry`."""
+    return HubBudget(registry, {"api": settings.hub_api_requests_per_5min,
+                                "resolve": settings.hub_resolve_requests_per_5min},
+                     settings.hub_budget_window_seconds, on_wait)
+
+
+UNMETERED = HubBudget(None, {}, 300.0)  # no budget (a caller without a registry): only 429s are waited for

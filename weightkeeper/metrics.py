@@ -1,0 +1,110 @@
+"""`/metrics` of the API in the Prometheus text format, read at scrape time.
+
+Counters and histograms come from the registry, where every process (API, workers, flow runs, on any host)
+records its events (`weightkeeper.registry.metrics`); gauges are derived from the registry's state then, and
+the download slots in use from Prefect's global concurrency limit. No process or platform collector: the
+numbers are the platform's, whichever API process answers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from weightkeeper.config import Settings
+from weightkeeper.hubbudget import budget_message
+from weightkeeper.phase import PathStatus, Phase
+from weightkeeper.registry import Registry
+from weightkeeper.registry.metrics import RECORDED, MetricSnapshot, cumulative
+from weightkeeper.runtime import SLOT_WAIT, slots_in_use
+
+logger = logging.getLogger("weightkeeper.metrics")
+HUB_WAIT = budget_message(0).partition(" (")[0]  # how a message waiting for the Hub request budget begins
+
+
+class RegistryCollector(Collector):
+    """Every weightkeeper metric, read from the registry (and Prefect) on each scrape."""
+
+    def __init__(self, settings: Settings, registry: Registry):
+        self.settings, self.registry = settings, registry
+
+    def collect(self) -> Iterator:
+        snapshot = self.registry.metric_snapshot((SLOT_WAIT, HUB_WAIT))
+        yield from self._state(snapshot)
+        yield from self._slots(snapshot.waiting[SLOT_WAIT])
+        yield from self._hub(snapshot.waiting[HUB_WAIT])
+        yield from self._recorded(snapshot)
+
+    def _state(self, snapshot: MetricSnapshot) -> Iterator:
+        models = GaugeMetricFamily("weightkeeper_models", "Models by phase", labels=["phase"])
+        for phase in Phase:
+            models.add_metric([phase.value], snapshot.models.get(phase.value, 0))
+        paths = GaugeMetricFamily("weightkeeper_paths", "Model paths by workspace and status",
+                                  labels=["workspace", "status"])
+        counts = {(w.name, status.value): 0 for w in self.settings.workspaces for status in PathStatus}
+        for (workspace, status), n in sorted({**counts, **snapshot.paths}.items()):
+            paths.add_metric([workspace, status], n)
+        oldest = GaugeMetricFamily("weightkeeper_oldest_deletion_timestamp_seconds",
+                                   "When the model Deleting longest was marked Deleting (absent: none is)")
+        if snapshot.oldest_deletion is not None:
+            oldest.add_metric([], snapshot.oldest_deletion.timestamp())
+        yield from (models, paths, oldest)
+
+    def _slots(self, waiting: int) -> Iterator:
+        yield GaugeMetricFamily("weightkeeper_download_slots_waiting", "Path downloads and stagings waiting for a "
+                                "download slot (under a live lease)", value=waiting)
+        if not self.settings.downloads_limited:
+            return
+        try:
+            in_use, limit = slots_in_use()
+        except Exception as e:  # noqa: BLE001 - Prefect unreachable: the registry's metrics are still answered
+            logger.warning("download slots not read from Prefect: %s", e)
+            return
+        yield GaugeMetricFamily("weightkeeper_download_slots_in_use", "Download slots taken (Prefect's global "
+                                "concurrency limit)", value=in_use)
+        yield GaugeMetricFamily("weightkeeper_download_slots_limit", "Download slots in all "
+                                "(max_concurrent_downloads)", value=limit)
+
+    def _hub(self, waiting: int) -> Iterator:
+        sent = CounterMetricFamily("weightkeeper_hub_requests", "Requests sent to the Hub, by budget bucket",
+                                   labels=["bucket"])
+        throttled = CounterMetricFamily("weightkeeper_hub_rate_limited", "Hub answers 429 Too Many Requests, by "
+                                        "budget bucket", labels=["bucket"])
+        for bucket, counts in self.registry.hub_request_counts().items():
+            sent.add_metric([bucket], counts.requests)
+            throttled.add_metric([bucket], counts.throttled)
+        yield from (sent, throttled)
+        yield GaugeMetricFamily("weightkeeper_hub_budget_waiting", "Path downloads and stagings waiting for the "
+                                "Hub request budget (under a live lease)", value=waiting)
+
+    @staticmethod
+    def _recorded(snapshot: MetricSnapshot) -> Iterator:
+        for metric in RECORDED:
+            rows = snapshot.recorded.get(metric.name, [])
+            if not metric.buckets:
+                family = CounterMetricFamily(metric.name, metric.help, labels=metric.labels)
+                for row in rows:
+                    family.add_metric(row.labels, row.count)
+                if not metric.labels and not rows:
+                    family.add_metric([], 0)
+                yield family
+                continue
+            family = HistogramMetricFamily(metric.name, metric.help, labels=metric.labels)
+            series: dict[tuple[str, ...], list] = {(): []} if not metric.labels else {}
+            for row in rows:
+                series.setdefault(row.labels, []).append((row.le, row.count, row.total))
+            for labels, buckets in series.items():
+                counts, total = cumulative(buckets, metric.buckets)
+                family.add_metric(list(labels), counts, total)
+            yield family
+
+
+def metrics_registry(settings: Settings, registry: Registry) -> CollectorRegistry:
+    """A collector registry of its own (one per app) holding only weightkeeper's collector."""
+    collectors = CollectorRegistry(auto_describe=False)
+    collectors.register(RegistryCollector(settings, registry))
+    return collectors
