@@ -22,7 +22,7 @@ from weightkeeper.registry import Model, Registry
 from weightkeeper.registry.artifacts import A_DOWNLOADING, A_PENDING, A_READY, Artifact
 from weightkeeper.registry.common import DELETING, FAILED, READY, utcnow
 from weightkeeper.registry.runs import RunLease
-from weightkeeper.runs import NoDeployment, flow_run_of, mark_run_crashed, reserve, start_deployment
+from weightkeeper.runs import NoDeployment, flow_run_of, mark_run_crashed, reserve, start_deployment, still_queued
 from weightkeeper.verify import hash_due, listed
 from weightkeeper.runtime import ensure_download_limit
 from weightkeeper.context import current
@@ -61,11 +61,22 @@ def _run_here(flow_name: str, name: str) -> str:
     return state.result() if state.is_completed() else f"{state.name}: {state.message}"
 
 
-def _drive_models(models: list[Model], runs: dict[str, RunLease]) -> dict[str, str]:
+def _drive_models(settings: Settings, registry: Registry, models: list[Model],
+                  runs: dict[str, RunLease]) -> dict[str, str]:
     logger = get_run_logger()
     outcomes: dict[str, str] = {}
+    lapsed = {name: run_id for name, lease in runs.items()
+              if lease.reserved and not lease.fresh and (run_id := flow_run_of(lease.lease))}
+    queued = still_queued(list(lapsed.values())) if lapsed else set()
     for model in models:
         lease = runs.get(model.name)
+        if lapsed.get(model.name) in queued:  # its run waits for a worker: keep it reserved, start no other
+            try:  # renewed, unless that run (or another) took the lease meanwhile
+                registry.claim_run(model.name, lease.flow, lease.lease.holder, settings.lease_seconds)
+            except NotFoundError:
+                pass
+            outcomes[f"model {model.name}"] = "queued"
+            continue
         if lease is not None and not lease.fresh and (run_id := flow_run_of(lease.lease)):
             logger.warning("%s: run %s of %s has not renewed its lease since %s; treated as crashed", model.name,
                            run_id, lease.flow, lease.lease.expires_at)
@@ -143,7 +154,7 @@ def reconcile() -> Outcomes:
     settings, registry = current()
     ensure_download_limit(settings)  # repairs take download slots
     models, runs = registry.reconcile_state()
-    outcomes = _drive_models(models, runs)
+    outcomes = _drive_models(settings, registry, models, runs)
     artifacts = registry.list_artifacts()
     outcomes.update(_verify(settings, models, artifacts))
     for artifact in artifacts:

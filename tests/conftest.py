@@ -132,6 +132,14 @@ def flows_run_as_weightkeeper_runs_them_here():
         yield
 
 
+@pytest.fixture(autouse=True)
+def no_context_left_behind(monkeypatch):
+    """A test that runs the CLI in process (which `use`s its --config) leaves the next test none of it."""
+    from weightkeeper import context
+
+    monkeypatch.setattr(context, "_explicit", context._explicit)
+
+
 @pytest.fixture(scope="session")
 def hub():
     with HubServer(SESSION_DIR / "hub") as server:
@@ -253,6 +261,7 @@ def _truncate(url: str) -> None:
     with open_registry(url).engine.begin() as conn:
         conn.execute(text("DELETE FROM leases"))
         conn.execute(text("DELETE FROM local_paths"))
+        conn.execute(text("DELETE FROM artifacts"))
         conn.execute(text("DELETE FROM models"))
         conn.execute(text("DELETE FROM hub_budget"))
 

@@ -219,3 +219,51 @@ def test_a_pass_reads_the_registry_in_the_same_statements_whatever_the_count(wk,
         assert mine == ["checked"] * (count + start), outcomes
         counts.append(len(statements))
     assert counts[0] == counts[1], statements
+
+
+def test_a_run_queued_behind_busy_workers_keeps_its_reservation_and_gets_no_twin(wk, hub):
+    """A burst queues runs behind the workers' run limit for longer than a reservation lasts: a pass that finds a
+    lapsed reservation whose run still waits for a worker renews it instead of starting a second run; once that
+    run is gone (cancelled), the next pass starts the model's run again."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+    from prefect.states import Cancelled
+    from sqlalchemy import update
+
+    from weightkeeper.deployments import declared, ensure_work_pools
+    from weightkeeper.desired import IN_PROGRESS
+    from weightkeeper.registry.leases import Kind
+    from weightkeeper.registry.schema import LeaseRow
+    from weightkeeper.runs import run_here, start_deployment
+
+    wk.rewrite(hf_endpoint=hub.url, work_pool="wk-no-worker")  # no worker serves it: the run stays Scheduled
+    ensure_work_pools(wk.settings)
+    for deployment, _ in declared(wk.settings):
+        if deployment.flow_name == ENSURE_FLOW:
+            deployment.apply(work_pool_name="wk-no-worker")
+    hub.add_repo("acme/queued", tiny_files("queued"))
+    model = wk.declare("queued", "hf://acme/queued", workspaces=["team-a"])
+    run_id = start_deployment(wk.registry, wk.settings, ENSURE_FLOW, "queued", "test/queued", IN_PROGRESS)
+
+    def lapse() -> None:
+        with wk.registry.engine.begin() as conn:
+            conn.execute(update(LeaseRow).where(LeaseRow.kind == Kind.RUN, LeaseRow.key == model.id)
+                         .values(expires_at=datetime.now(timezone.utc) - timedelta(seconds=1)))
+
+    def runs() -> list:
+        with get_client(sync_client=True) as client:
+            return client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=["ensure-queued"])))
+
+    assert wk.registry.lease_of(Kind.RUN, model.id).holder.run == f"reserved:{run_id}"  # the reservation names it
+    lapse()
+    assert run_here(reconcile)["model queued"] == "queued"
+    lease = wk.registry.lease_of(Kind.RUN, model.id)
+    assert lease.holder.run == f"reserved:{run_id}" and lease.expires_at > datetime.now(timezone.utc) + timedelta(
+        seconds=60)  # renewed for a reservation's time
+    assert [str(r.id) for r in runs()] == [run_id] and wk.registry.get_model("queued").phase == "Pending"
+
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(run_id, Cancelled(), force=True)
+    lapse()
+    assert run_here(reconcile)["model queued"].startswith(f"{ENSURE_FLOW}: ")  # not deployed here: run in the pass
+    assert wk.registry.get_model("queued").phase == "Ready"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -52,16 +54,33 @@ def test_migrations_are_idempotent_and_at_head(registry):
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
-    from weightkeeper.registry.store import MIGRATIONS, _migrate
+    from weightkeeper.registry.store import HEAD, MIGRATIONS, _migrate
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     head = ScriptDirectory.from_config(config).get_current_head()
-    assert head is not None and head >= "0003"
+    assert head == HEAD and head >= "0009"  # the head the registry checks without alembic is alembic's
     with registry.engine.connect() as conn:
         assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == head
 
     _migrate(registry.engine)
+
+
+def test_a_registry_behind_is_migrated_and_one_at_head_opens_without_alembic(tmp_path):
+    from weightkeeper.registry.store import HEAD, _engine
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    subprocess.run([sys.executable, "-c", "from alembic import command; from alembic.config import Config; "
+                    "from sqlalchemy import create_engine; from weightkeeper.registry.store import MIGRATIONS; "
+                    "c = Config(); c.set_main_option('script_location', str(MIGRATIONS)); "
+                    f"e = create_engine({url!r}); conn = e.connect(); c.attributes['connection'] = conn; "
+                    "command.upgrade(c, '0006'); conn.commit()"], check=True)
+    with _engine(url).connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == HEAD
+    opened = subprocess.run([sys.executable, "-c", "import sys; from weightkeeper.registry import open_registry; "
+                             f"open_registry({url!r}).list_models(); print('alembic' in sys.modules)"],
+                            check=True, capture_output=True, text=True)
+    assert opened.stdout.strip() == "False"
 
 
 def test_create_get_list_and_name_conflicts(registry):

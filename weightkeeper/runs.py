@@ -13,7 +13,8 @@ from uuid import UUID
 import prefect.context
 from prefect import get_run_logger
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, FlowRunFilterParentFlowRunId
+from prefect.client.schemas.objects import StateType
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run
@@ -26,7 +27,7 @@ from weightkeeper.lease import renewed
 from weightkeeper.registry import Holder, Registry
 from weightkeeper.registry.common import utcnow
 from weightkeeper.registry.leases import Kind, Lease, abandoned
-from weightkeeper.registry.runs import reservation
+from weightkeeper.registry.runs import RESERVATION_SECONDS, RESERVED, reservation
 from weightkeeper.runtime import prefect_settings
 from weightkeeper.context import current
 
@@ -73,11 +74,29 @@ def mark_run_crashed(run_id: str, message: str) -> str:
 
 
 def flow_run_of(lease: Lease) -> str | None:
-    """The Prefect flow run behind a run lease (None for reservations and runs outside Prefect)."""
+    """The Prefect flow run behind a run lease: the run holding it, or the one a reservation is for (None for runs
+    outside Prefect and reservations whose run is not created yet)."""
     try:
-        return str(UUID(lease.holder.run))
+        return str(UUID(lease.holder.run.removeprefix(RESERVED)))
     except ValueError:
         return None
+
+
+def still_queued(run_ids: list[str]) -> set[str]:
+    """Of these flow runs, those still waiting for a worker: Scheduled (or Late), or Pending (handed to a worker)
+    for less than `RESERVATION_SECONDS`. One read of Prefect per 200 runs."""
+    queued, now = set(), utcnow()
+    with get_client(sync_client=True) as client:
+        for i in range(0, len(run_ids), 200):
+            chunk = [UUID(r) for r in run_ids[i:i + 200]]
+            for run in client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=chunk)),
+                                             limit=len(chunk)):
+                state = run.state
+                if state is not None and (state.type == StateType.SCHEDULED or (
+                        state.type == StateType.PENDING
+                        and (now - state.timestamp).total_seconds() < RESERVATION_SECONDS)):
+                    queued.add(str(run.id))
+    return queued
 
 
 class NoDeployment(Exception):
@@ -108,6 +127,7 @@ def start_deployment(registry: Registry, settings: Settings, flow: str, name: st
             raise NoDeployment(f"deployment {deployment_name(flow)!r} does not exist; start `weightkeeper serve`") \
                 from None
         raise
+    registry.name_reserved_run(name, key, str(run.id))
     return str(run.id)
 
 
@@ -119,7 +139,7 @@ def _claim(registry: Registry, settings: Settings, name: str, flow: str, holder:
         previous = registry.lease_of(Kind.RUN, registry.get_model(name).id)
         blocker = registry.claim_run(name, flow, holder, settings.lease_seconds)
         if blocker is None:
-            if previous and previous.holder.run != holder.run and (run_id := flow_run_of(previous)) \
+            if previous and (run_id := flow_run_of(previous)) not in (None, holder.run) \
                     and abandoned(previous, utcnow(), holder.host):
                 logger.warning("%s: took over from %s run %s, whose process is gone", name, previous.purpose, run_id)
                 try:

@@ -1,8 +1,10 @@
 """Registry operations on the `run` lease of a model's lifecycle run (ensure-model or delete-model).
 
 Whoever starts a run first reserves the lease (a holder without a process, for `RESERVATION_SECONDS`), so two
-starters (the API, two reconcile passes) never start the same work twice; the run takes its reservation
-over and holds the lease while it works. delete-model takes the lease over from ensure-model.
+starters (the API, two reconcile passes) never start the same work twice; once Prefect has the run, the
+reservation names it, and a pass renews it while the run still waits for a worker (a burst queues behind the
+workers' run limit for longer than any fixed time). The run takes its reservation over and holds the lease
+while it works. delete-model takes the lease over from ensure-model.
 """
 
 from __future__ import annotations
@@ -19,9 +21,13 @@ RESERVATION_SECONDS = 120.0  # a started run gets this long to reach a worker an
 DELETE = "delete-model"
 
 
+RESERVED = "reserved:"
+
+
 def reservation(key: str) -> Holder:
-    """The holder of a reservation: no process of its own (pid 0), so it only lapses."""
-    return Holder(f"reserved:{key}", "", 0, 0.0)
+    """The holder of a reservation (`key`: the starter's idempotency key, then the flow run's id): no process of
+    its own (pid 0), so it only lapses."""
+    return Holder(f"{RESERVED}{key}", "", 0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,15 @@ class RunOps:
             seconds = max(lease_seconds, RESERVATION_SECONDS) if reserved else lease_seconds
             self._take(s, Kind.RUN, model.id, holder, seconds, flow, force=True)
             return None
+
+    def name_reserved_run(self, name: str, key: str, run_id: str) -> None:
+        """The run started for the reservation `key` is the flow run `run_id`: the reservation names it from now on
+        (unless the run, or another, has taken the lease meanwhile)."""
+        with self._tx() as s:
+            model = s.scalars(select(ModelRow).where(ModelRow.name == name).with_for_update()).first()
+            row = self._lease_row(s, Kind.RUN, model.id) if model is not None else None
+            if row is not None and row.holder == reservation(key).run:
+                row.holder = reservation(run_id).run
 
     def release_run(self, name: str, holder: Holder) -> None:
         with self._tx() as s:

@@ -18,8 +18,6 @@ from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import create_engine, delete, event, or_, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -213,7 +211,17 @@ def _engine(url: str) -> Engine:
         return _engines[url]
 
 
+HEAD = max(p.name[:4] for p in (MIGRATIONS / "versions").glob("[0-9][0-9][0-9][0-9]_*.py"))  # the newest migration
+
+
 def _migrate(engine: Engine) -> None:
+    """Bring the schema to `HEAD`. A registry already there costs one query: alembic (a second of imports) is
+    loaded only when there is a migration to run, which matters to every flow-run process a worker starts."""
+    if _version(engine) == HEAD:
+        return
+    from alembic import command
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as conn:
@@ -221,6 +229,15 @@ def _migrate(engine: Engine) -> None:
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PATH_LOCK + 1})
         config.attributes["connection"] = conn
         command.upgrade(config, "head")
+
+
+def _version(engine: Engine) -> str | None:
+    """The schema's migration, None before the first."""
+    with engine.connect() as conn:
+        try:
+            return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        except DBAPIError:
+            return None
 
 
 def open_registry(url: str) -> Registry:
