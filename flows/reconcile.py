@@ -17,13 +17,14 @@ from weightkeeper.tasks.cleanup import collect_shared_copy
 from weightkeeper.tasks.verify import Copy, check_copies, verify_model_path, verify_shared_copy
 from weightkeeper.config import DELETE_FLOW, RECONCILE_FLOW, Settings
 from weightkeeper.desired import IN_PROGRESS, needed_run, orphans
-from weightkeeper.errors import NotFoundError
 from weightkeeper.registry import Model, Registry
 from weightkeeper.registry.artifacts import A_DOWNLOADING, A_PENDING, A_READY, Artifact
-from weightkeeper.registry.common import DELETING, FAILED, READY, utcnow
+from weightkeeper.registry.common import DELETING, READY, utcnow
 from weightkeeper.registry.runs import RunLease
 from weightkeeper.runs import NoDeployment, flow_run_of, mark_run_crashed, reserve, start_deployment, still_queued
-from weightkeeper.verify import hash_due, listed
+from weightkeeper.download import RemoteFile
+from weightkeeper.errors import DownloadError, NotFoundError
+from weightkeeper.verify import Due, listed
 from weightkeeper.runtime import ensure_download_limit
 from weightkeeper.context import current
 
@@ -86,35 +87,46 @@ def _drive_models(settings: Settings, registry: Registry, models: list[Model],
     return outcomes
 
 
-def _verify(settings: Settings, models: list[Model], artifacts: list[Artifact]) -> dict[str, str]:
-    """Every copy: the cheap check of all of them in one task, then a task of its own for each copy due for a
-    full hash, not Ready, or found damaged (it hashes, or repairs). Nothing else costs a task."""
-    now, interval = utcnow(), settings.verify_interval_seconds
+def _verify(settings: Settings, registry: Registry, artifacts: list[Artifact]) -> dict[str, str]:
+    """Every copy due: one `check-copies` task for all of them (a size check, and a full hash of those due for
+    one); then a task of its own for each copy not Ready, found damaged, or with a malformed manifest (it
+    hashes, or repairs). A copy not due costs its row alone."""
+    when = Due.at(utcnow(), settings.verify_interval_seconds, settings.check_interval_seconds)
     outcomes = {a.path: "not downloaded" for a in artifacts if a.state in (A_PENDING, A_DOWNLOADING)}
-    shared = {a.path: a for a in artifacts if a.path not in outcomes}
-    own = {p.path: (m, p) for m in models if m.files and m.phase in (READY, FAILED)
-           for p in m.local_paths if p.artifact_id is None and p.owned and not p.retired  # retired: only cleaned
-           and p.status in (READY, FAILED)}
-    due = {path for path, a in shared.items() if a.state != A_READY or hash_due(a.verified_at, interval, now)}
-    due |= {path for path, (_, p) in own.items() if p.status != READY or hash_due(p.verified_at, interval, now)}
-    copies = [copy for path in shared.keys() - due if (copy := _copy(path, shared[path].files, True))] + \
-             [copy for path in own.keys() - due if (copy := _copy(path, own[path][0].files, False))]
+    shared = [a for a in artifacts if a.path not in outcomes]
+    own = registry.own_copies()
+    alone = {a.path: (verify_shared_copy, f"verify-{a.id}", (a.id,)) for a in shared}  # a task of its own
+    alone |= {c.path: (verify_model_path, f"verify-{c.model}-{c.workspace}", (c.model, c.path_id)) for c in own}
+    due = {c.path: when.of(c.verified_at, c.checked_at, c.path_id) for c in own if c.status == READY}
+    due |= {a.path: when.of(a.verified_at, a.checked_at, a.id) for a in shared if a.state == A_READY}
+    manifests = registry.manifests({c.model_id for c in own if due.get(c.path) is not None})
+    wanted = [(a.path, a.files, a.id, True) for a in shared] + \
+             [(c.path, manifests[c.model_id], c.path_id, False) for c in own if c.model_id in manifests]
+    sizes = {id(files): listed(files) for _, files, *_ in wanted}  # a model's copies share its manifest
+    copies = [copy for path, files, key, artifact in wanted if due.get(path) is not None
+              and (copy := _copy(path, files, key, artifact, due[path], sizes[id(files)]))]
     damaged = check_copies(quote(copies)) if copies else {}
-    outcomes.update({copy.path: "checked" for copy in copies if copy.path not in damaged})
-    futures = {path: verify_shared_copy.with_options(task_run_name=f"verify-{a.id}").submit(a.id)
-               for path, a in shared.items() if path not in outcomes}
-    futures |= {path: verify_model_path.with_options(task_run_name=f"verify-{m.name}-{p.workspace}")
-                .submit(m.name, p.id) for path, (m, p) in own.items() if path not in outcomes}
+    outcomes.update({copy.path: "verified" if copy.deep else "checked" for copy in copies if copy.path not in damaged})
+    malformed = {path for path, *_ in wanted if due.get(path) is not None} - {copy.path for copy in copies}
+    by_itself = [path for path in alone if path not in due or path in damaged or path in malformed]  # or not Ready
+    futures = {path: task_.with_options(task_run_name=name).submit(*args)
+               for path in by_itself for task_, name, args in [alone[path]]}
     for path, future in futures.items():
         future.wait()
         outcomes[path] = future.result() if future.state.is_completed() else f"error: {future.state.message}"
+    outcomes.update({path: "not due" for path, deep in due.items() if deep is None})
     return outcomes
 
 
-def _copy(path: str, files: list, artifact: bool) -> Copy | None:
-    """The copy for the cheap check; None when its manifest is malformed (its own task says so)."""
-    entries = listed(files)
-    return Copy(path, entries, artifact) if entries is not None else None
+def _copy(path: str, files: list, key: int, artifact: bool, deep: bool, sizes: tuple | None) -> Copy | None:
+    """The copy for the bulk check (`sizes`: `listed(files)`); None when its manifest is malformed (its own task
+    says so)."""
+    if deep:
+        try:
+            return Copy(path, tuple(RemoteFile.from_json(f) for f in files), key, artifact, True)
+        except DownloadError:
+            return None
+    return Copy(path, sizes, key, artifact) if sizes is not None else None
 
 
 def _orphans(settings: Settings, registry: Registry) -> list[str]:
@@ -156,7 +168,7 @@ def reconcile() -> Outcomes:
     models, runs = registry.reconcile_state()
     outcomes = _drive_models(settings, registry, models, runs)
     artifacts = registry.list_artifacts()
-    outcomes.update(_verify(settings, models, artifacts))
+    outcomes.update(_verify(settings, registry, artifacts))
     for artifact in artifacts:
         if not artifact.users:
             outcomes[artifact.path] = collect_shared_copy(artifact.id)

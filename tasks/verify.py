@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -28,33 +29,40 @@ from weightkeeper.sources import fetch_model_files
 from weightkeeper.verify import Listed, Problem, check_sizes, hash_due, verify_copy
 
 
-@dataclass(frozen=True)
-class Copy:
-    """A copy for the cheap check: its path, its manifest, and whether it is a shared copy."""
+class Copy(NamedTuple):  # a tuple: a pass builds one per copy due
+    """A copy for a pass's bulk check: its path and manifest, its id (a shared copy's, or an own copy's path id),
+    and whether its content is hashed too (`files` are then `RemoteFile`s)."""
 
     path: str
-    files: tuple[Listed, ...]
+    files: tuple[Listed, ...] | tuple[RemoteFile, ...]
+    id: int
     artifact: bool = False
+    deep: bool = False
 
 
 @task(name="check-copies", cache_policy=NO_CACHE)  # pass the list quote()d: Prefect then leaves it unwalked
 def check_copies(copies: list[Copy]) -> dict[str, str]:
-    """The cheap check of many copies in one task: each file present, regular and of its size, a stat each,
-    every copy opened from its volume root as `open_path` opens it (a parent once for its children) and no
-    link followed. The first problem of each copy that has one, by path (the others are fine)."""
-    settings, _ = current()
+    """A pass's bulk check, in one task: each copy opened from its volume root as `open_path` opens it (a parent
+    once for its children), no link followed; each file present, regular and of its size (a stat), and hashed
+    when the copy is `deep`. Records when each copy that passed was checked (and verified); returns the first
+    problem of each that did not, by path (its own task repairs it)."""
+    settings, registry = current()
     damaged: dict[str, str] = {}
-    with PathOpener(settings.volume_rules) as opener:
+    with PathOpener(settings.volume_rules) as opener, ThreadPoolExecutor(max(1, settings.verify_workers)) as pool:
         for copy in sorted(copies, key=lambda c: c.path):
             try:
                 with opener.open(copy.path, copy.artifact) as d:
-                    problems = check_sizes(d, copy.files)
+                    problems = verify_copy(d, copy.files, deep=True, pool=pool) if copy.deep \
+                        else check_sizes(d, copy.files)
             except (FileNotFoundError, UnsafePathError):
                 problems = [Problem(copy.path, "missing (the directory is gone or a link stands in its way)")]
             except OSError as e:  # its own task meets it again and says so
                 problems = [Problem(copy.path, f"cannot be opened: {e.strerror or e}")]
             if problems:
                 damaged[copy.path] = str(problems[0])
+    for deep in (False, True):
+        passed = [c for c in copies if c.deep == deep and c.path not in damaged]
+        registry.mark_checked([c.id for c in passed if not c.artifact], [c.id for c in passed if c.artifact], deep)
     return damaged
 
 

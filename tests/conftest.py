@@ -218,7 +218,8 @@ def write_config(env: Env, registry_url: str | None = None, workspaces: list[dic
                  s3: dict | None = None, **settings) -> None:
     lines = [f'home = "{env.root}"', f'registry_url = "{registry_url or env._registry_url}"']
     defaults = {"max_concurrent_downloads": 4, "lease_seconds": 5, "cleanup_retry_seconds": 0.2,
-                "cleanup_retry_max_seconds": 1, "stop_timeout_seconds": 60}
+                "cleanup_retry_max_seconds": 1, "stop_timeout_seconds": 60,
+                "check_interval_seconds": 0}  # every reconcile pass checks every copy (test_reconcile tests the cadence)
     defaults.update(settings)
     for key, value in defaults.items():
         lines.append(f"{key} = {value!r}" if not isinstance(value, str) else f'{key} = "{value}"')

@@ -504,8 +504,10 @@ MUTATIONS = {
         "    if not problems and not deep:\n        if not deep:\n            return \"checked\"",
         "tests/test_reconcile.py::test_a_ready_model_costs_no_hub_request_in_a_pass"),
     "reconcile-reads-per-model": (
-        "flows/reconcile.py", "    models, runs = registry.reconcile_state()\n",
-        "    models, runs = [registry.get_model(m.name) for m in registry.reconcile_state()[0]], registry.run_leases()\n",
+        "flows/reconcile.py",
+        "    manifests = registry.manifests({c.model_id for c in own if due.get(c.path) is not None})\n",
+        "    manifests = {k: v for c in own if due.get(c.path) is not None\n"
+        "                 for k, v in registry.manifests({c.model_id}).items()}\n",
         "tests/test_reconcile.py::test_a_pass_reads_the_registry_in_the_same_statements_whatever_the_count"),
     "queued-run-gets-a-twin": (
         "flows/reconcile.py", "queued = still_queued(list(lapsed.values())) if lapsed else set()", "queued = set()",
@@ -513,6 +515,9 @@ MUTATIONS = {
     "reservation-names-no-run": (
         "weightkeeper/runs.py", "    registry.name_reserved_run(name, key, str(run.id))\n", "",
         "tests/test_reconcile.py::test_a_run_queued_behind_busy_workers_keeps_its_reservation_and_gets_no_twin"),
+    "copy-checks-not-recorded": (
+        "tasks/verify.py", "registry.mark_checked([c.id for c in passed if not c.artifact], [c.id for c in passed if c.artifact], deep)",
+        "pass", "tests/test_reconcile.py::test_a_pass_checks_only_the_copies_due_and_records_each_check"),
 }
 
 

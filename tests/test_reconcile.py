@@ -16,7 +16,7 @@ from weightkeeper.flows.reconcile import reconcile
 from weightkeeper.config import DELETE_FLOW, ENSURE_FLOW
 from weightkeeper.desired import needed_run, orphans
 from weightkeeper.registry import Holder
-from weightkeeper.verify import hash_due, listed
+from weightkeeper.verify import Due, hash_due, listed
 
 
 def test_needed_run():
@@ -100,6 +100,42 @@ def test_hash_due_and_listed():
         assert listed([bad]) is None
 
 
+def test_due():
+    now, hour, day = datetime(2026, 1, 1, tzinfo=timezone.utc), 3600, 86400
+    due, ago = Due.at(now, day, hour), lambda seconds: now - timedelta(seconds=seconds)
+    assert all(due.of(None, now, key) is True for key in range(8))  # never hashed
+    assert all(due.of(ago(day + 1), now, key) is True for key in range(8))  # hashed too long ago
+    assert all(due.of(now, None, key) is False for key in range(8))  # never checked: the cheap check
+    assert all(Due.at(now, day, 0).of(now, now, key) is False for key in range(8))  # no interval: every pass
+    assert not any(due.of(now, ago(0.74 * hour), key) is not None for key in range(8))
+    assert all(due.of(now, ago(hour), key) is False for key in range(8))
+    # copies checked together come due in different passes
+    assert [due.of(now, ago(0.85 * hour), key) for key in range(8)] == [False] * 4 + [None] * 4
+
+
+def test_a_pass_checks_only_the_copies_due_and_records_each_check(wk, hub):
+    """With `check_interval_seconds`, a copy checked (or hashed) by a pass is not looked at again until it is due:
+    damage done meanwhile is found by the first pass after that, and repaired."""
+    from sqlalchemy import update
+
+    from weightkeeper.registry.schema import LocalPathRow
+
+    files = tiny_files("cadence")
+    hub.add_repo("acme/cadence", files)
+    wk.rewrite(hf_endpoint=hub.url, check_interval_seconds=3600, verify_interval_seconds=7 * 86400)
+    wk.declare("cadence", "hf://acme/cadence", workspaces=["team-a"])
+    assert ensure_model("cadence") == "Ready"
+    path = wk.registry.get_model("cadence").local_paths[0].path
+    assert reconcile()[path] == "verified"  # never hashed by a pass: hashed, and the check recorded
+    assert reconcile()[path] == "not due"
+    os.truncate(Path(path) / SHARD, 10)
+    assert reconcile()[path] == "not due"  # the damage waits for the copy's next check
+    with wk.registry.engine.begin() as conn:
+        conn.execute(update(LocalPathRow).values(checked_at=datetime.now(timezone.utc) - timedelta(hours=1)))
+    assert reconcile()[path] == "repaired"
+    assert (Path(path) / SHARD).read_bytes() == files[SHARD] and wk.registry.get_model("cadence").phase == "Ready"
+
+
 def _checked_model(wk, hub, name: str) -> tuple[dict[str, bytes], list[Path]]:
     """A Ready model with two own copies, both hashed just now (so a pass only size-checks them)."""
     files = tiny_files(name)
@@ -168,6 +204,11 @@ def test_a_ready_model_costs_no_hub_request_in_a_pass(wk, hub):
     assert outcomes[str(own[0])] == "repaired"
     assert [outcomes[str(own[1])]] + [outcomes[c] for c in copies] == ["checked"] * 3
     assert hub.requests and {r.repo_id for r in hub.requests} == {"acme/quiet"}
+    hub.reset_stats()  # a healthy copy marked Failed is hashed by its own task, found whole, and Ready again
+    entry = next(p for p in wk.registry.get_model("quiet").local_paths if p.path == str(own[1]))
+    wk.registry.set_path_message("quiet", entry.id, "Failed", "failed by the test")
+    assert reconcile()[str(own[1])] == "verified" and hub.requests == []
+    assert next(p for p in wk.registry.get_model("quiet").local_paths if p.path == str(own[1])).status == "Ready"
 
 
 def _insert_ready(wk, count: int, start: int, files: list[dict], template: Path) -> None:

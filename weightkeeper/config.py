@@ -274,6 +274,7 @@ class Settings(BaseSettings):
     cleanup_retry_max_seconds: Number = 600
     stop_timeout_seconds: Number = 600
     verify_interval_seconds: Number = 86400
+    check_interval_seconds: Number = 300  # a copy's cheap (size) check in reconcile, at most this far apart
     hub_unreachable_seconds: Number = 1800
     verify_workers: StrictInt = 4
     free_space_margin_bytes: Annotated[StrictInt, Field(ge=0)] = 1 << 30  # a download leaves this much free

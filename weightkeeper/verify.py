@@ -55,6 +55,31 @@ def hash_due(verified_at: datetime | None, interval_seconds: float, now: datetim
     return verified_at is None or verified_at < now - timedelta(seconds=interval_seconds)
 
 
+CHECK_SPREAD = 8  # copies fall due for their cheap check at this many points between 3/4 of the interval and all of it
+
+
+@dataclass(frozen=True)
+class Due:
+    """What a pass at `now` finds due: a full hash of a copy not hashed within `verify_interval`, else its cheap
+    check when it had none within its own share of `check_interval` (by its key, so that copies checked in one
+    pass come due in different ones)."""
+
+    hash_before: datetime
+    check_before: tuple[datetime, ...]
+
+    @classmethod
+    def at(cls, now: datetime, verify_interval: float, check_interval: float) -> Due:
+        return cls(now - timedelta(seconds=verify_interval),
+                   tuple(now - timedelta(seconds=check_interval * (0.75 + k / (4 * CHECK_SPREAD)))
+                         for k in range(CHECK_SPREAD)))
+
+    def of(self, verified_at: datetime | None, checked_at: datetime | None, key: int) -> bool | None:
+        """A hash (True), the cheap check (False), or nothing yet (None)."""
+        if verified_at is None or verified_at < self.hash_before:
+            return True
+        return False if checked_at is None or checked_at <= self.check_before[key % CHECK_SPREAD] else None
+
+
 def _check_entry(d: Dir, name: str, path: str, size: int, remote: RemoteFile | None) -> Problem | None:
     st = d.lstat(name)
     if st is None:
@@ -104,11 +129,14 @@ def check_sizes(root: Dir, files: Sequence[Listed]) -> list[Problem]:
     return problems
 
 
-def verify_copy(root: Dir, files: Sequence[RemoteFile], deep: bool, workers: int = 4) -> list[Problem]:
+def verify_copy(root: Dir, files: Sequence[RemoteFile], deep: bool, workers: int = 4,
+                pool: ThreadPoolExecutor | None = None) -> list[Problem]:
     """Problems of the copy in `root` (empty when it is complete and correct). `deep` hashes every
-    file, `workers` at a time; otherwise only presence, type and size are checked (`check_sizes`). No
-    symlink is followed."""
+    file, `workers` at a time (in `pool` when given: one for many copies); otherwise only presence, type and
+    size are checked (`check_sizes`). No symlink is followed."""
     if not deep:
         return check_sizes(root, [(f.path, f.size) for f in files])
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+    if pool is not None:
         return [p for p in pool.map(lambda f: _check(root, f.path, f.size, f), files) if p]
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as own:
+        return verify_copy(root, files, deep, pool=own)

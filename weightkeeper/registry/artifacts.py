@@ -39,6 +39,7 @@ class Artifact:
     message: str
     size_bytes: int | None
     verified_at: datetime | None
+    checked_at: datetime | None
     unreachable_since: datetime | None
     lease: Lease | None  # who writes or removes it now
     users: list[ArtifactUser]
@@ -70,7 +71,7 @@ class ArtifactOps:
             users.setdefault(artifact_id, []).append(ArtifactUser(name, pid, ws, path, keep, phase == DELETING))
         leases = self._leases(s, Kind.ARTIFACT, [row.id for row in rows])
         return [Artifact(row.id, row.repo_id, row.commit, row.cluster, row.volume, row.path, row.files, row.state,
-                         row.message, row.size_bytes, _utc(row.verified_at), _utc(row.unreachable_since),
+                         row.message, row.size_bytes, _utc(row.verified_at), _utc(row.checked_at), _utc(row.unreachable_since),
                          leases.get(row.id), users.get(row.id, [])) for row in rows]
 
     def artifact_for(self, repo_id: str, commit: str, cluster: str, volume: str, path: str,

@@ -92,6 +92,7 @@ class LocalPathRow(Base):
     owned: Mapped[bool] = mapped_column(Boolean, default=False)  # this entry put files at the path
     artifact_id: Mapped[int | None] = mapped_column(ForeignKey("artifacts.id"), index=True)  # a link to a shared copy
     verified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # last full hash of an own copy
+    checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # last cheap check (or full hash)
     retired: Mapped[bool] = mapped_column(Boolean, default=False)  # the model moved away: clean this path
     adopted: Mapped[bool] = mapped_column(Boolean, default=False)  # held others' files before the first claim
     made: Mapped[str | None] = mapped_column(String(64))  # what weightkeeper made at the path (see fsops)
@@ -118,6 +119,7 @@ class ArtifactRow(Base):
     message: Mapped[str] = mapped_column(Text, default="")
     size_bytes: Mapped[int | None] = mapped_column(BigInteger)
     verified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     unreachable_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

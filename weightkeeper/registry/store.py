@@ -28,6 +28,7 @@ from weightkeeper.layout import REUSE_IF_EXISTS
 from weightkeeper.planning import Plan, path_decision
 from weightkeeper.registry.artifacts import ArtifactOps
 from weightkeeper.registry.budget import BudgetOps
+from weightkeeper.registry.copies import CopyOps
 from weightkeeper.registry.leases import CLEANUP, Kind, Lease, LeaseOps, as_lease
 from weightkeeper.registry.listing import ListOps
 from weightkeeper.registry.metrics import CLEANUP_FAILURES, MetricOps
@@ -248,7 +249,7 @@ def open_registry(url: str) -> Registry:
 _PATH_LOCK = 7_243_001  # advisory lock key for decisions that read other models' paths
 
 
-class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps):
+class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, CopyOps):
     def __init__(self, engine: Engine):
         self.engine = engine
 
@@ -407,17 +408,20 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps):
             return _views(s, list(s.scalars(query)))
 
     def reconcile_state(self) -> tuple[list[Model], dict[str, RunLease]]:
-        """Every model (deleting ones too) with its paths and leases, and the run leases by model name: what a
-        reconcile pass decides on, in three queries whatever the count (plain rows: no ORM object is built)."""
+        """The models a pass may have to drive (those not Ready or Failed, and those a run lease names) with their
+        paths and leases, and the run leases by model name, in three queries whatever the count (plain rows: no ORM
+        object is built). A settled model costs nothing here: its copies are read by `own_copies`."""
         with self._tx() as s:
-            paths: dict[int, list] = {}
-            for p in s.execute(select(LocalPathRow.__table__).order_by(LocalPathRow.id)):
-                paths.setdefault(p.model_id, []).append(p)
             leases: dict[str, dict[int, Lease]] = {kind: {} for kind in Kind}
             for lease in s.scalars(select(LeaseRow).where(LeaseRow.kind.in_([Kind.RUN, Kind.PATH, Kind.STAGING]))):
                 leases[lease.kind][lease.key] = as_lease(lease)
-            rows = [SimpleNamespace(**m._mapping, paths=paths.get(m.id, []))
-                    for m in s.execute(select(ModelRow.__table__).order_by(ModelRow.name))]
+            driven = or_(ModelRow.phase.not_in((READY, FAILED)), ModelRow.id.in_(list(leases[Kind.RUN]) or [-1]))
+            models = s.execute(select(ModelRow.__table__).where(driven).order_by(ModelRow.name)).all()
+            paths: dict[int, list] = {}
+            for p in s.execute(select(LocalPathRow.__table__).where(
+                    LocalPathRow.model_id.in_(select(ModelRow.id).where(driven))).order_by(LocalPathRow.id)):
+                paths.setdefault(p.model_id, []).append(p)
+            rows = [SimpleNamespace(**m._mapping, paths=paths.get(m.id, [])) for m in models]
             runs = {m.name: RunLease(m.name, m.phase, leases[Kind.RUN][m.id]) for m in rows if m.id in leases[Kind.RUN]}
             return _views(s, rows, leases), runs
 
