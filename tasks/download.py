@@ -142,7 +142,7 @@ class Reporter:
 class FetchMeter:
     """A fetch's progress callback that counts the fetch in /metrics as it ends: the bytes it transferred (the
     progress it reports is the bytes present, first at its start), a failed fetch's too, and the time a
-    complete one took."""
+    complete one took from that start. Entered around the download slot, it records once the slot is free."""
 
     def __init__(self, registry: Registry, workspace: str, source: str, on_progress: Callable[[int], None]):
         self.registry, self.workspace, self.source, self.on_progress = registry, workspace, source, on_progress
@@ -151,7 +151,7 @@ class FetchMeter:
 
     def __call__(self, present: int) -> None:
         if self.first is None:
-            self.first = present
+            self.first, self.started = present, time.monotonic()
         self.most = max(self.most, present)
         self.on_progress(present)
 
@@ -184,12 +184,12 @@ def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: S
     downloading = f"downloading {origin} into {target}"
     budget = hub_budget(settings, registry, lambda seconds: reporter.beat(
         message=downloading if seconds is None else budget_message(seconds), force=True))
-    with download_slot(settings, on_wait):
+    with FetchMeter(registry, reporter.entry.workspace, source, reporter.beat) as meter, \
+            download_slot(settings, on_wait):
         registry.set_path_message(model.name, reporter.entry.id, DOWNLOADING, downloading)
         deadline = time.monotonic() + settings.download_timeout_seconds
-        with FetchMeter(registry, reporter.entry.workspace, source, reporter.beat) as meter:
-            fetched = fetch_model_files(settings, model.source, model.staging_uri, model.token_block, snapshot,
-                                        target, meter, deadline, budget)
+        fetched = fetch_model_files(settings, model.source, model.staging_uri, model.token_block, snapshot,
+                                    target, meter, deadline, budget)
     reporter.beat(snapshot.total_bytes, force=True)
     logger.info("%s: fetched %d bytes into %s", model.name, fetched, target)
     return fetched

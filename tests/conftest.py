@@ -9,6 +9,7 @@ fresh PostgreSQL database of its own. Each session (each pytest-xdist worker) ha
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import subprocess
@@ -249,6 +250,28 @@ def wk(tmp_path, hub, monkeypatch, registry_base_url):
     ]
     write_config(env, hf_endpoint=hub.url)
     monkeypatch.setenv("WEIGHTKEEPER_CONFIG", str(env.config))
+    if registry_base_url:
+        _truncate(registry_base_url)
+    return env
+
+
+def tenants(tmp_path: Path, registry_base_url: str | None, users: dict[str, str]) -> Env:
+    """A weightkeeper with one public workspace (team-a) and a private one each for alice and bob, and a
+    `[[users]]` entry for each of `users` (token `<name>-token`, then the TOML lines given)."""
+    volumes = {n: tmp_path / "volumes" / n for n in ("team-a", "alice-ws", "bob-ws")}
+    for v in volumes.values():
+        v.mkdir(parents=True)
+    env = Env(tmp_path, tmp_path / "config.toml", volumes)
+    env._registry_url = registry_base_url or f"sqlite:///{tmp_path / 'registry.db'}"
+    env._workspaces = [{"name": "team-a", "volume": str(volumes["team-a"])},
+                       {"name": "alice-ws", "volume": str(volumes["alice-ws"]), "public": False, "owner": "alice"},
+                       {"name": "bob-ws", "volume": str(volumes["bob-ws"]), "public": False, "owner": "bob"}]
+    env._s3 = {"bucket": "wk-staging", "prefix": "staging", "region": "us-east-1"}
+    write_config(env)
+    with open(env.config, "a") as f:
+        for i, (user, lines) in enumerate(users.items()):
+            f.write(f'[[users]]\nname = "{user}"\nuid = {1000 + i}\n'
+                    f'token_sha256 = "{hashlib.sha256(f"{user}-token".encode()).hexdigest()}"\n{lines}')
     if registry_base_url:
         _truncate(registry_base_url)
     return env

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 from datetime import timedelta
 
 import pytest
-from conftest import Env, _truncate, write_config
+from conftest import Env, tenants
 from fastapi.testclient import TestClient
 from sqlalchemy import text, update
 
@@ -59,24 +58,8 @@ class Listing:
 
 @pytest.fixture
 def listing(tmp_path, registry_base_url):
-    volumes = {n: tmp_path / "volumes" / n for n in ("team-a", "alice-ws", "bob-ws")}
-    for v in volumes.values():
-        v.mkdir(parents=True)
-    env = Env(tmp_path, tmp_path / "config.toml", volumes)
-    env._registry_url = registry_base_url or f"sqlite:///{tmp_path / 'registry.db'}"
-    env._workspaces = [{"name": "team-a", "volume": str(volumes["team-a"])},
-                       {"name": "alice-ws", "volume": str(volumes["alice-ws"]), "public": False, "owner": "alice"},
-                       {"name": "bob-ws", "volume": str(volumes["bob-ws"]), "public": False, "owner": "bob"}]
-    env._s3 = {"bucket": "wk-staging", "prefix": "staging", "region": "us-east-1"}
-    write_config(env)
-    with open(env.config, "a") as f:
-        for i, (user, token) in enumerate(TOKENS.items()):
-            f.write(f'[[users]]\nname = "{user}"\nuid = {1000 + i}\n'
-                    f'token_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n'
-                    + ("admin = true\n" if user == "root" else ""))
-    if registry_base_url:
-        _truncate(registry_base_url)
-    return Listing(env)
+    return Listing(tenants(tmp_path, registry_base_url, {user: "admin = true\n" if user == "root" else ""
+                                                          for user in TOKENS}))
 
 
 def _tie(listing: Listing) -> None:

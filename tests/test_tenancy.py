@@ -6,13 +6,12 @@ WK_TEST_DB=postgresql, the real PostgreSQL, where over-long or NUL input used to
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
 
 import pytest
-from conftest import Env, _truncate, write_config
+from conftest import Env, tenants, write_config
 from fastapi.testclient import TestClient
 
 TOKENS = {"alice": "alice-token", "bob": "bob-token", "root": "root-token"}
@@ -55,23 +54,7 @@ class Api:
 
 @pytest.fixture
 def api(tmp_path, registry_base_url):
-    volumes = {n: tmp_path / "volumes" / n for n in ("team-a", "alice-ws", "bob-ws")}
-    for v in volumes.values():
-        v.mkdir(parents=True)
-    env = Env(tmp_path, tmp_path / "config.toml", volumes)
-    env._registry_url = registry_base_url or f"sqlite:///{tmp_path / 'registry.db'}"
-    env._workspaces = [{"name": "team-a", "volume": str(volumes["team-a"])},
-                       {"name": "alice-ws", "volume": str(volumes["alice-ws"]), "public": False, "owner": "alice"},
-                       {"name": "bob-ws", "volume": str(volumes["bob-ws"]), "public": False, "owner": "bob"}]
-    env._s3 = {"bucket": "wk-staging", "prefix": "staging", "region": "us-east-1"}
-    write_config(env)
-    with open(env.config, "a") as f:
-        for i, (user, token) in enumerate(TOKENS.items()):
-            f.write(f'[[users]]\nname = "{user}"\nuid = {1000 + i}\n'
-                    f'token_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n{USERS[user]}')
-    if registry_base_url:
-        _truncate(registry_base_url)
-    return Api(env)
+    return Api(tenants(tmp_path, registry_base_url, USERS))
 
 
 def test_others_see_only_public_models_without_secrets_paths_or_messages(api):

@@ -48,8 +48,11 @@ def budget_key(endpoint: str, token: str | None) -> str:
     return hashlib.sha256(f"{endpoint.rstrip('/')}\n{token or ''}".encode()).hexdigest()
 
 
+BUDGET_WAIT = "Waiting for the Hub request budget"  # how a path's message begins while it waits
+
+
 def budget_message(seconds: float) -> str:
-    return f"Waiting for the Hub request budget (resets in {math.ceil(seconds)} s)"
+    return f"{BUDGET_WAIT} (resets in {math.ceil(seconds)} s)"
 
 
 def _params(value: str) -> list[dict[str, str]]:

@@ -16,14 +16,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from weightkeeper.config import Settings
-from weightkeeper.hubbudget import budget_message
+from weightkeeper.hubbudget import BUDGET_WAIT
 from weightkeeper.phase import PathStatus, Phase
 from weightkeeper.registry import Registry
 from weightkeeper.registry.metrics import RECORDED, MetricSnapshot, cumulative
 from weightkeeper.runtime import SLOT_WAIT, slots_in_use
 
 logger = logging.getLogger("weightkeeper.metrics")
-HUB_WAIT = budget_message(0).partition(" (")[0]  # how a message waiting for the Hub request budget begins
 
 
 class RegistryCollector(Collector):
@@ -33,10 +32,10 @@ class RegistryCollector(Collector):
         self.settings, self.registry = settings, registry
 
     def collect(self) -> Iterator:
-        snapshot = self.registry.metric_snapshot((SLOT_WAIT, HUB_WAIT))
+        snapshot = self.registry.metric_snapshot((SLOT_WAIT, BUDGET_WAIT))
         yield from self._state(snapshot)
         yield from self._slots(snapshot.waiting[SLOT_WAIT])
-        yield from self._hub(snapshot.waiting[HUB_WAIT])
+        yield from self._hub(snapshot.waiting[BUDGET_WAIT])
         yield from self._recorded(snapshot)
 
     def _state(self, snapshot: MetricSnapshot) -> Iterator:
