@@ -14,14 +14,15 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Literal, get_args
 
 from sqlalchemy import ColumnElement, and_, cast, func, literal, not_, or_, select, true, tuple_
 from sqlalchemy.dialects.postgresql import JSONB, array
-from sqlalchemy.orm import selectinload
 
 from weightkeeper.errors import InvalidInputError
-from weightkeeper.registry.schema import LocalPathRow, ModelRow
+from weightkeeper.registry.leases import Kind, Lease, as_lease
+from weightkeeper.registry.schema import LeaseRow, LocalPathRow, ModelRow
 
 if TYPE_CHECKING:
     from weightkeeper.registry.store import Model
@@ -107,15 +108,30 @@ class ListOps:
         if not 1 <= limit <= MAX_LIMIT:
             raise InvalidInputError(f"limit: {limit} is not between 1 and {MAX_LIMIT}")
         keys, descending = SORT_KEYS[query.sort.lstrip("-")], query.sort.startswith("-")
-        stmt = select(ModelRow).options(selectinload(ModelRow.paths)).where(*self._matching(query, viewer))
+        stmt = select(ModelRow.__table__).where(*self._matching(query, viewer))  # plain rows: no ORM objects
         if cursor is not None:
             after = tuple_(*map(literal, decode_cursor(cursor, query), (k.type for k in keys)))
             stmt = stmt.where(tuple_(*keys) < after if descending else tuple_(*keys) > after)
         stmt = stmt.order_by(*(k.desc() if descending else k for k in keys)).limit(limit + 1)
         with self._tx() as s:
-            rows = list(s.scalars(stmt))
-            items = _views(s, rows[:limit])
-        return Page(items, encode_cursor(query, items[-1]) if len(rows) > limit else None)
+            models = s.execute(stmt).all()
+            ids = [m.id for m in models[:limit]]
+            paths: dict[int, list] = {}
+            leases: dict[str, dict[int, Lease]] = {Kind.PATH: {}, Kind.STAGING: {}}
+            if ids:  # the paths with their leases, and the models' staging leases: two queries
+                lease = LeaseRow.__table__
+                for row in s.execute(select(LocalPathRow.__table__, *(c.label(f"lease_{c.name}") for c in lease.c))
+                                     .outerjoin(lease, (lease.c.kind == Kind.PATH) & (lease.c.key == LocalPathRow.id))
+                                     .where(LocalPathRow.model_id.in_(ids)).order_by(LocalPathRow.id)):
+                    paths.setdefault(row.model_id, []).append(row)
+                    if row.lease_kind is not None:
+                        leases[Kind.PATH][row.id] = as_lease(SimpleNamespace(
+                            **{c.name: getattr(row, f"lease_{c.name}") for c in lease.c}))
+                for row in s.scalars(select(LeaseRow).where(LeaseRow.kind == Kind.STAGING, LeaseRow.key.in_(ids))):
+                    leases[Kind.STAGING][row.key] = as_lease(row)
+            items = _views(s, [SimpleNamespace(**m._mapping, paths=paths.get(m.id, [])) for m in models[:limit]],
+                           leases)
+        return Page(items, encode_cursor(query, items[-1]) if len(models) > limit else None)
 
     def _matching(self, query: ListQuery, viewer: Viewer) -> list[ColumnElement[bool]]:
         """The WHERE clauses of the query as `viewer` sees it."""
