@@ -42,6 +42,17 @@ def phases(registry) -> dict[str, int]:
         return dict(conn.execute(select(ModelRow.phase, func.count()).group_by(ModelRow.phase)).all())
 
 
+def not_ready(registry, count: int) -> list[tuple[str, str, str]]:
+    """The first `count` models not Ready: name, phase, message."""
+    from sqlalchemy import select
+
+    from weightkeeper.registry.schema import ModelRow
+
+    with registry.engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(select(ModelRow.name, ModelRow.phase, ModelRow.message)
+                                               .where(ModelRow.phase != "Ready").order_by(ModelRow.name).limit(count))]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="50 models")
@@ -96,9 +107,8 @@ def main() -> int:
                 time.sleep(2)
                 counts = phases(registry)
             ready = time.perf_counter() - begun
-            for model in registry.list_models()[:3] if counts.get("Ready", 0) < args.models else []:
-                if model.phase != "Ready":
-                    print(f"  {model.name} {model.phase}: {model.message}", flush=True)
+            for name, phase, message in not_ready(registry, 3):
+                print(f"  {name} {phase}: {message}", flush=True)
         finally:
             serve.terminate()
             serve.wait(120)

@@ -446,7 +446,7 @@ MUTATIONS = {
         "weightkeeper/registry/listing.py", "if sort != query.sort or digest != query.digest():",
         "if sort != query.sort:", "tests/test_listing.py::test_limits_and_bad_cursors_answer_422_in_one_line"),
     "list-last-page-unmarked": (
-        "weightkeeper/registry/listing.py", "if len(rows) > limit else None)", "if rows else None)",
+        "weightkeeper/registry/listing.py", "if len(models) > limit else None)", "if models else None)",
         "tests/test_listing.py::test_sort_orders"),
     "hub-budget-over-limit": (
         "weightkeeper/registry/budget.py", "    if sum(counts) < limit:", "    if True:",
