@@ -488,9 +488,9 @@ MUTATIONS = {
         "            if False:\n                damaged[copy.path] = str(problems[0])",
         "tests/test_reconcile.py::test_a_copy_not_due_is_only_size_checked_and_a_size_mismatch_is_repaired"),
     "hash-every-pass": (
-        "weightkeeper/verify.py", "    return verified_at is None or verified_at < now - timedelta(seconds=interval_seconds)",
-        "    return True",
-        "tests/test_reconcile.py::test_a_copy_not_due_is_only_size_checked_and_a_size_mismatch_is_repaired"),
+        "weightkeeper/verify.py", "        if verified_at is None or verified_at < self.hash_before:",
+        "        if True:",
+        "tests/test_reconcile.py::test_a_ready_model_costs_no_hub_request_in_a_pass"),
     "bulk-check-follows-a-file-link": (
         "weightkeeper/verify.py", "st = os.stat(path, dir_fd=root.fd, follow_symlinks=False)",
         "st = os.stat(path, dir_fd=root.fd, follow_symlinks=True)",

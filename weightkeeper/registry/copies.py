@@ -38,12 +38,14 @@ class CopyOps:
 
     def own_copies(self) -> list[OwnCopy]:
         """Every own copy that a pass checks: owned, not retired, not linked to a shared copy, Ready or Failed, of a
-        Ready or Failed model (the others are being downloaded, cleaned or deleted)."""
+        Ready or Failed model whose snapshot is pinned (the others are being downloaded, cleaned or deleted, or
+        have no manifest to check against)."""
         with self._tx() as s:
             rows = s.execute(
                 select(LocalPathRow.id, LocalPathRow.model_id, ModelRow.name, LocalPathRow.workspace, LocalPathRow.path,
                        LocalPathRow.status, LocalPathRow.verified_at, LocalPathRow.checked_at).join(ModelRow)
-                .where(ModelRow.phase.in_((READY, FAILED)), LocalPathRow.status.in_((READY, FAILED)),
+                .where(ModelRow.phase.in_((READY, FAILED)), ModelRow.commit.is_not(None),
+                       LocalPathRow.status.in_((READY, FAILED)),
                        LocalPathRow.owned.is_(True), LocalPathRow.retired.is_(False),
                        LocalPathRow.artifact_id.is_(None)).order_by(LocalPathRow.id))
             return [OwnCopy(i, m, name, ws, path, status, _utc(verified), _utc(checked))
