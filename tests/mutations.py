@@ -488,7 +488,7 @@ MUTATIONS = {
         "            if False:\n                damaged[copy.path] = str(problems[0])",
         "tests/test_reconcile.py::test_a_copy_not_due_is_only_size_checked_and_a_size_mismatch_is_repaired"),
     "hash-every-pass": (
-        "weightkeeper/verify.py", "        if verified_at is None or verified_at < self.hash_before:",
+        "weightkeeper/verify.py", "        if self.hashes(verified_at):",
         "        if True:",
         "tests/test_reconcile.py::test_a_ready_model_costs_no_hub_request_in_a_pass"),
     "bulk-check-follows-a-file-link": (

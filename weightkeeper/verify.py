@@ -51,8 +51,8 @@ def listed(files: list) -> tuple[Listed, ...] | None:
 
 
 def hash_due(verified_at: datetime | None, interval_seconds: float, now: datetime) -> bool:
-    """A copy is hashed in full when it never was, or not within the verify interval."""
-    return verified_at is None or verified_at < now - timedelta(seconds=interval_seconds)
+    """A copy is hashed in full when it never was, or not within the verify interval (`Due.hashes`)."""
+    return Due.at(now, interval_seconds, 0).hashes(verified_at)
 
 
 CHECK_SPREAD = 8  # copies fall due for their cheap check at this many points between 3/4 of the interval and all of it
@@ -73,9 +73,13 @@ class Due:
                    tuple(now - timedelta(seconds=check_interval * (0.75 + k / (4 * CHECK_SPREAD)))
                          for k in range(CHECK_SPREAD)))
 
+    def hashes(self, verified_at: datetime | None) -> bool:
+        """A copy is hashed in full when it never was, or not within the verify interval."""
+        return verified_at is None or verified_at < self.hash_before
+
     def of(self, verified_at: datetime | None, checked_at: datetime | None, key: int) -> bool | None:
         """A hash (True), the cheap check (False), or nothing yet (None)."""
-        if verified_at is None or verified_at < self.hash_before:
+        if self.hashes(verified_at):
             return True
         return False if checked_at is None or checked_at <= self.check_before[key % CHECK_SPREAD] else None
 

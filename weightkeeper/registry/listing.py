@@ -14,15 +14,13 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Literal, get_args
 
 from sqlalchemy import ColumnElement, and_, cast, func, literal, not_, or_, select, true, tuple_
 from sqlalchemy.dialects.postgresql import JSONB, array
 
 from weightkeeper.errors import InvalidInputError
-from weightkeeper.registry.leases import Kind, Lease, as_lease
-from weightkeeper.registry.schema import LeaseRow, LocalPathRow, ModelRow
+from weightkeeper.registry.schema import LocalPathRow, ModelRow
 
 if TYPE_CHECKING:
     from weightkeeper.registry.store import Model
@@ -101,7 +99,7 @@ class ListOps:
     def list_page(self, query: ListQuery, viewer: Viewer, limit: int = DEFAULT_LIMIT,
                   cursor: str | None = None) -> Page:
         """One page of the models `viewer` may see that match `query`, after `cursor` (None: the first page)."""
-        from weightkeeper.registry.store import _views  # store mixes this class in
+        from weightkeeper.registry.store import _views, _with_paths  # store mixes this class in
 
         if query.sort not in SORTS:
             raise InvalidInputError(f"sort: {query.sort!r} is not one of {', '.join(SORTS)}")
@@ -115,22 +113,8 @@ class ListOps:
         stmt = stmt.order_by(*(k.desc() if descending else k for k in keys)).limit(limit + 1)
         with self._tx() as s:
             models = s.execute(stmt).all()
-            ids = [m.id for m in models[:limit]]
-            paths: dict[int, list] = {}
-            leases: dict[str, dict[int, Lease]] = {Kind.PATH: {}, Kind.STAGING: {}}
-            if ids:  # the paths with their leases, and the models' staging leases: two queries
-                lease = LeaseRow.__table__
-                for row in s.execute(select(LocalPathRow.__table__, *(c.label(f"lease_{c.name}") for c in lease.c))
-                                     .outerjoin(lease, (lease.c.kind == Kind.PATH) & (lease.c.key == LocalPathRow.id))
-                                     .where(LocalPathRow.model_id.in_(ids)).order_by(LocalPathRow.id)):
-                    paths.setdefault(row.model_id, []).append(row)
-                    if row.lease_kind is not None:
-                        leases[Kind.PATH][row.id] = as_lease(SimpleNamespace(
-                            **{c.name: getattr(row, f"lease_{c.name}") for c in lease.c}))
-                for row in s.scalars(select(LeaseRow).where(LeaseRow.kind == Kind.STAGING, LeaseRow.key.in_(ids))):
-                    leases[Kind.STAGING][row.key] = as_lease(row)
-            items = _views(s, [SimpleNamespace(**m._mapping, paths=paths.get(m.id, [])) for m in models[:limit]],
-                           leases)
+            page = models[:limit]
+            items = _views(s, _with_paths(s, page, LocalPathRow.model_id.in_([m.id for m in page])))
         return Page(items, encode_cursor(query, items[-1]) if len(models) > limit else None)
 
     def _matching(self, query: ListQuery, viewer: Viewer) -> list[ColumnElement[bool]]:

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 
-from sqlalchemy import create_engine, delete, event, or_, select, text
+from sqlalchemy import ColumnElement, create_engine, delete, event, or_, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, selectinload
@@ -159,6 +159,15 @@ def _path_view(row: LocalPathRow, leases: dict[int, Lease]) -> LocalPath:
     return LocalPath(row.id, row.workspace, row.cluster, row.path, row.status, row.message, row.size_bytes,
                      row.bytes_done, row.bytes_total, row.owned, row.artifact_id, leases.get(row.id),
                      _utc(row.verified_at), row.retired, row.adopted, row.failover_attempts, row.made)
+
+
+def _with_paths(s: Session, models: list, which: ColumnElement[bool]) -> list[SimpleNamespace]:
+    """Models read as plain rows, each with its paths (those `which` selects) read in one query: no ORM object is
+    built, which costs most of a read of many models."""
+    paths: dict[int, list] = {}
+    for p in s.execute(select(LocalPathRow.__table__).where(which).order_by(LocalPathRow.id)):
+        paths.setdefault(p.model_id, []).append(p)
+    return [SimpleNamespace(**m._mapping, paths=paths.get(m.id, [])) for m in models]
 
 
 def _views(s: Session, rows: list[ModelRow], leases: dict[str, dict[int, Lease]] | None = None) -> list[Model]:
@@ -417,11 +426,7 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
                 leases[lease.kind][lease.key] = as_lease(lease)
             driven = or_(ModelRow.phase.not_in((READY, FAILED)), ModelRow.id.in_(list(leases[Kind.RUN]) or [-1]))
             models = s.execute(select(ModelRow.__table__).where(driven).order_by(ModelRow.name)).all()
-            paths: dict[int, list] = {}
-            for p in s.execute(select(LocalPathRow.__table__).where(
-                    LocalPathRow.model_id.in_(select(ModelRow.id).where(driven))).order_by(LocalPathRow.id)):
-                paths.setdefault(p.model_id, []).append(p)
-            rows = [SimpleNamespace(**m._mapping, paths=paths.get(m.id, [])) for m in models]
+            rows = _with_paths(s, models, LocalPathRow.model_id.in_(select(ModelRow.id).where(driven)))
             runs = {m.name: RunLease(m.name, m.phase, leases[Kind.RUN][m.id]) for m in rows if m.id in leases[Kind.RUN]}
             return _views(s, rows, leases), runs
 
