@@ -191,7 +191,7 @@ def test_serve_runs_at_most_its_run_limit_at_once_and_a_burst_waits(wk, hub, tmp
     with open(wk.config, "a") as f:
         f.write(f'[[users]]\nname = "alice"\nuid = 1000\n'
                 f'token_sha256 = "{hashlib.sha256(b"alice-token").hexdigest()}"\n')
-    names = [f"burst-{i}" for i in range(4)]
+    names = [f"run-limit-{i}" for i in range(4)]  # names no other test's runs have in the session server
     for name in names:
         hub.add_repo(f"acme/{name}", tiny_files(name, shards=1))
     port = free_port()
