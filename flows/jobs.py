@@ -1,7 +1,9 @@
-"""Per-path jobs: each path's work is one run of the `download-to-path` / `clean-path` flow, on the
-infrastructure the call chooses: here (a subflow per path, run concurrently) or in the work pool of the
-path's workspace (a deployment run). `run_path_jobs` runs a set of paths either way and returns the
-failures, so failover and every other rule apply to both."""
+"""Per-path jobs: each path's work is one run of the `download-to-path` / `clean-path` flow, here (a subflow
+per path, run concurrently) or in the work pool of the path's workspace (a deployment run). A lifecycle run
+outside a deployment runs them all here; a deployed one runs here those of workspaces whose jobs share its
+own process pool, since a deployment run would only be one more process on the same workers.
+`run_path_jobs` runs a set of paths either way and returns the failures, so failover and every other rule
+apply to both."""
 
 from __future__ import annotations
 
@@ -122,8 +124,10 @@ class _Child:
     started: float | None = None
 
 
-def _jobs_deployed(flow: str, name: str, paths: list[LocalPath]) -> list[JobFailure]:
-    """Start each path's flow as a deployment run in its workspace's pool and wait for them all."""
+def _start_deployed(flow: str, name: str, paths: list[LocalPath]) -> tuple[list[_Child], list[JobFailure]]:
+    """Start each path's flow as a deployment run in its workspace's pool."""
+    if not paths:
+        return [], []
     settings, registry = current()
     model = registry.get_model(name)
     children, failed = [], []
@@ -140,7 +144,15 @@ def _jobs_deployed(flow: str, name: str, paths: list[LocalPath]) -> list[JobFail
             timeout=0, flow_run_name=job_run_name(flow, name, p.workspace),
             idempotency_key=f"{flow_run.id or uuid.uuid4()}/{flow}/{p.id}/{p.failover_attempts}")
         children.append(_Child(p, run.id, pool))
-    budget = run_budget(flow, settings)
+    return children, failed
+
+
+def _wait_deployed(flow: str, name: str, children: list[_Child]) -> list[JobFailure]:
+    """Wait for the deployment runs; the failures."""
+    if not children:
+        return []
+    settings, registry = current()
+    budget, failed = run_budget(flow, settings), []
     with get_client(sync_client=True) as client:
         while children:
             time.sleep(POLL_SECONDS)
@@ -184,9 +196,14 @@ def _check(client, flow: str, child: _Child, path: LocalPath | None, budget: flo
 
 
 def run_path_jobs(flow: str, name: str, paths: list[LocalPath], here: bool = False) -> list[JobFailure]:
-    """Run `flow(name, path_id)` for each path, here or in its workspace's pool, and wait; the runs that
-    did not complete."""
-    return _jobs_here(flow, name, paths) if here else _jobs_deployed(flow, name, paths)
+    """Run `flow(name, path_id)` for each path and wait; the runs that did not complete. A path runs here, as a
+    subflow, when `here` or when its workspace's jobs belong in the control pool this run is in
+    (`Settings.jobs_inline`); else as a deployment run in its workspace's pool. Both kinds run at once."""
+    settings, _ = current()
+    inline = {p.id for p in paths if here or settings.jobs_inline(p.workspace)}
+    children, failed = _start_deployed(flow, name, [p for p in paths if p.id not in inline])
+    failed += _jobs_here(flow, name, [p for p in paths if p.id in inline])
+    return failed + _wait_deployed(flow, name, children)
 
 
 def _record(registry: Registry, name: str, failure: JobFailure) -> None:

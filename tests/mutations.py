@@ -509,6 +509,14 @@ MUTATIONS = {
         "    manifests = {k: v for c in own if due.get(c.path) is not None\n"
         "                 for k, v in registry.manifests({c.model_id}).items()}\n",
         "tests/test_reconcile.py::test_a_pass_reads_the_registry_in_the_same_statements_whatever_the_count"),
+    "jobs-never-inline": (
+        "weightkeeper/config.py", "return pool == self.work_pool and pool not in self.kubernetes_pools", "return False",
+        "tests/test_kube.py::test_jobs_of_workspaces_in_the_control_process_pool_run_inside_the_lifecycle_run "
+        "tests/test_api.py::test_create_through_the_api_runs_the_deployments_until_ready"),
+    "kubernetes-jobs-inline": (
+        "weightkeeper/config.py", "return pool == self.work_pool and pool not in self.kubernetes_pools",
+        "return pool == self.work_pool",
+        "tests/test_kube.py::test_jobs_of_workspaces_in_the_control_process_pool_run_inside_the_lifecycle_run"),
     "queued-run-gets-a-twin": (
         "flows/reconcile.py", "queued = still_queued(list(lapsed.values())) if lapsed else set()", "queued = set()",
         "tests/test_reconcile.py::test_a_run_queued_behind_busy_workers_keeps_its_reservation_and_gets_no_twin"),

@@ -43,8 +43,10 @@ class Served:
         return {"Authorization": f"Bearer {TOKENS[user]}"}
 
     def start_workers(self) -> None:
+        """A worker for each pool that has none alive (a test may have killed one)."""
         env = dict(os.environ, WEIGHTKEEPER_CONFIG=str(self.env.config), PREFECT_WORKER_QUERY_SECONDS="1")
-        for pool in (POOL, POOL_B):
+        alive = {w.args[w.args.index("--pool") + 1] for w in self.workers if w.poll() is None}
+        for pool in {POOL, POOL_B} - alive:
             log = open(SESSION_DIR / f"worker-{pool}.log", "ab")
             self.workers.append(subprocess.Popen(
                 [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"],

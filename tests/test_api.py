@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import expected_size, tiny_files
-from served import POOL, POOL_B, served_weightkeeper, wait_until
+from served import POOL_B, served_weightkeeper, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +27,13 @@ def flow_runs(name: str):
 
     with get_client(sync_client=True) as client:
         return client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[name])))
+
+
+def parent_run(run) -> str:
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return str(client.read_task_run(run.parent_task_run_id).flow_run_id)
 
 
 def events(resource: str) -> list[str]:
@@ -58,8 +65,10 @@ def test_create_through_the_api_runs_the_deployments_until_ready(served, hub):
     model = served.wait_phase("api-create", "Ready")
     assert [(p["workspace"], p["status"], p["sizeBytes"]) for p in model["localPaths"]] == [
         ("team-a", "Ready", expected_size(files)), ("team-b", "Ready", expected_size(files))]
-    pools = {r.name: r.work_pool_name for w in ("team-a", "team-b") for r in flow_runs(f"download-api-create-{w}")}
-    assert pools == {"download-api-create-team-a": POOL, "download-api-create-team-b": POOL_B}
+    (in_control,), (in_b,) = flow_runs("download-api-create-team-a"), flow_runs("download-api-create-team-b")
+    assert in_b.work_pool_name == POOL_B and in_b.deployment_id is not None  # a run in team-b's pool
+    assert in_control.deployment_id is None and in_control.parent_task_run_id is not None  # team-a shares the
+    assert parent_run(in_control) == run_id  # control pool: a subflow of the ensure run, no process of its own
     assert wait_until(lambda: "weightkeeper.model.ready" in events("weightkeeper.model.api-create"), 30,
                       "the ready event")
     listed = served.api.get("/api/v1/models", params={"workspace": "team-b", "phase": "Ready"},

@@ -182,6 +182,28 @@ def test_failover_moves_only_to_the_same_volume_root_on_the_same_cluster():
     assert failover_workspace(workspaces, "gone") is None
 
 
+def test_jobs_of_workspaces_in_the_control_process_pool_run_inside_the_lifecycle_run(tmp_path):
+    from weightkeeper.deployments import worker_queues
+
+    kube = ('[workspaces.kubernetes]\nnamespace = "n"\nimage = "registry.local/weightkeeper:0.1"\n'
+            'volume_claim = "models"\n')
+    config = tmp_path / "config.toml"
+    config.write_text('work_pool = "control"\n'
+                      '[[workspaces]]\nname = "plain"\nvolume = "/mnt/plain"\n'
+                      '[[workspaces]]\nname = "named"\nvolume = "/mnt/named"\nwork_pool = "control"\n'
+                      '[[workspaces]]\nname = "own"\nvolume = "/mnt/own"\nwork_pool = "own-pool"\n'
+                      '[[workspaces]]\nname = "gpu"\ncluster = "east"\nvolume = "/mnt/gpu"\n'
+                      'work_pool = "kube-east"\n' + kube)
+    settings = load_settings(config)
+    assert [w.name for w in settings.workspaces if settings.jobs_inline(w.name)] == ["plain", "named"]
+    assert worker_queues(settings) == [("control", "lifecycle"), ("kube-east", "path-jobs"), ("own-pool", "path-jobs")]
+    # A control pool that is a Kubernetes pool runs no job inline: each runs in a pod as its model's owner.
+    config.write_text('work_pool = "kube-east"\n[[workspaces]]\nname = "gpu"\ncluster = "east"\n'
+                      'volume = "/mnt/gpu"\nwork_pool = "kube-east"\n' + kube)
+    settings = load_settings(config)
+    assert not settings.jobs_inline("gpu") and ("kube-east", "path-jobs") in worker_queues(settings)
+
+
 def test_kubernetes_workspaces_get_a_kubernetes_pool_from_the_template(tmp_path):
     from prefect.client.orchestration import get_client
 

@@ -187,8 +187,9 @@ def test_a_deployed_run_past_its_budget_is_cancelled_and_the_wait_ends(served, h
 
     monkeypatch.setattr(weightkeeper.flows.jobs, "run_budget", lambda flow, settings: 3)
     monkeypatch.setattr(weightkeeper.flows.jobs, "POLL_SECONDS", 0.5)
+    served.start_workers()  # team-b's, if a test before killed it
     hub.add_repo("acme/budget", tiny_files("budget", shards=1, shard_size=8 * MIB))
-    model = served.env.declare("budget", "hf://acme/budget", workspaces=["team-a"])
+    model = served.env.declare("budget", "hf://acme/budget", workspaces=["team-b"])
 
     @flow(name="deployed-parent")
     def parent():
@@ -200,4 +201,4 @@ def test_a_deployed_run_past_its_budget_is_cancelled_and_the_wait_ends(served, h
         assert not run.is_alive()
     (failure,) = run.result["value"]
     assert "still Running after 3 s" in failure.message and not failure.crashed
-    wait_until(lambda: named("download-budget-team-a")[0].state.is_cancelled(), 60, "the run to be cancelled")
+    wait_until(lambda: named("download-budget-team-b")[0].state.is_cancelled(), 60, "the run to be cancelled")

@@ -356,6 +356,12 @@ class Settings(BaseSettings):
         ws = self.workspace(workspace)
         return (ws.work_pool if ws else None) or self.work_pool
 
+    def jobs_inline(self, workspace: str) -> bool:
+        """True when the workspace's path jobs belong in the control pool, a process pool: the deployed lifecycle
+        run that needs them runs them itself, as subflows, rather than as deployment runs of that same pool."""
+        pool = self.pool_for(workspace)
+        return pool == self.work_pool and pool not in self.kubernetes_pools
+
     @property
     def pools(self) -> list[str]:
         return sorted({self.work_pool, *(w.work_pool for w in self.workspaces if w.work_pool)})

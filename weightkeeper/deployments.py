@@ -2,12 +2,13 @@
 
 - `ensure-model/ensure-model`, `delete-model/delete-model`, `reconcile/reconcile` (on an interval):
   in the control pool (`work_pool`, default `weightkeeper-local`);
-- `download-to-path/<pool>`, `clean-path/<pool>`: one per work pool of a workspace, so a
-  workspace's jobs run in its pool.
+- `download-to-path/<pool>`, `clean-path/<pool>`: one per work pool of a workspace other than the control
+  pool, so a workspace's jobs run in its pool. The jobs of a workspace in the control pool run inside the
+  lifecycle run that needs them (`Settings.jobs_inline`): one process per model, not two.
 
 The lifecycle flows go to the work queue `lifecycle`, the per-path jobs to `path-jobs`: a run-limited
 worker per queue (`weightkeeper serve`) never fills its runs with parents waiting for children it
-cannot start, even when the workspaces share the control pool.
+cannot start.
 
 Flows are deployed by module path (the package is installed where the workers run), and carry
 `WEIGHTKEEPER_CONFIG` so a worker's runs read the same configuration (in a Kubernetes pool, the
@@ -32,8 +33,8 @@ LIFECYCLE_QUEUE, JOBS_QUEUE = "lifecycle", "path-jobs"
 
 def worker_queues(settings: Settings) -> list[tuple[str, str]]:
     """(work pool, work queue) of every deployment: the control pool's lifecycle queue, and the jobs queue of
-    each workspace's pool."""
-    pools = sorted({settings.pool_for(w.name) for w in settings.workspaces})
+    each workspace's pool but the control pool (its workspaces' jobs run in the lifecycle runs)."""
+    pools = sorted({settings.pool_for(w.name) for w in settings.workspaces if not settings.jobs_inline(w.name)})
     return [(settings.work_pool, LIFECYCLE_QUEUE), *((pool, JOBS_QUEUE) for pool in pools)]
 
 

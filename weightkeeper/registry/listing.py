@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, get_args
 
-from sqlalchemy import ColumnElement, and_, cast, func, literal, not_, or_, select, true, tuple_
-from sqlalchemy.dialects.postgresql import JSONB, array
+from sqlalchemy import ColumnElement, and_, func, literal, not_, or_, select, true, tuple_
+from sqlalchemy.dialects.postgresql import array
 
 from weightkeeper.errors import InvalidInputError
 from weightkeeper.registry.schema import LocalPathRow, ModelRow
@@ -146,8 +146,8 @@ class ListOps:
         if not public:
             return ModelRow.owner_name == viewer.name
         if self.engine.dialect.name == "postgresql":
-            no_targets = or_(ModelRow.targets.is_(None), func.json_typeof(ModelRow.targets) == "null")
-            targets = cast(ModelRow.targets, JSONB).op("?|")(array(public))
+            no_targets = or_(ModelRow.targets.is_(None), func.jsonb_typeof(ModelRow.targets) == "null")
+            targets = ModelRow.targets.op("?|")(array(public))
         else:
             no_targets = or_(ModelRow.targets.is_(None), func.json_type(ModelRow.targets) == "null")
             named = func.json_each(ModelRow.targets).table_valued("value")

@@ -6,6 +6,7 @@ from datetime import datetime
 
 from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text,
                         UniqueConstraint)
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -54,7 +55,7 @@ class ModelRow(Base):
     revision: Mapped[str] = mapped_column(String(255))
     commit: Mapped[str | None] = mapped_column(String(40))
     token_block: Mapped[str | None] = mapped_column(String(255))
-    targets: Mapped[list | None] = mapped_column(JSON)
+    targets: Mapped[list | None] = mapped_column(JSON().with_variant(JSONB(), "postgresql"))  # `?|` in the list
     subpath: Mapped[str | None] = mapped_column(Text)
     files: Mapped[list | None] = mapped_column(JSON)
     phase: Mapped[str] = mapped_column(String(16), index=True)
