@@ -517,6 +517,9 @@ MUTATIONS = {
         "weightkeeper/config.py", "return pool == self.work_pool and pool not in self.kubernetes_pools",
         "return pool == self.work_pool",
         "tests/test_kube.py::test_jobs_of_workspaces_in_the_control_process_pool_run_inside_the_lifecycle_run"),
+    "slot-423-error-line": (
+        "weightkeeper/runtime.py", 'logging.getLogger("prefect._internal.concurrency").addFilter(_SlotRequestFailed())',
+        "pass", "tests/test_slots.py::test_a_slot_taken_between_the_read_and_the_ask_is_waited_for_without_an_error_line"),
     "queued-run-gets-a-twin": (
         "flows/reconcile.py", "queued = still_queued(list(lapsed.values())) if lapsed else set()", "queued = set()",
         "tests/test_reconcile.py::test_a_run_queued_behind_busy_workers_keeps_its_reservation_and_gets_no_twin"),

@@ -87,6 +87,52 @@ def test_while_every_slot_is_taken_on_wait_is_called_and_can_stop_the_wait(wk, d
         ensure_download_limit(wk.settings)
 
 
+def test_a_slot_taken_between_the_read_and_the_ask_is_waited_for_without_an_error_line(wk, download_limit,
+                                                                                       monkeypatch):
+    """The other process takes the last slot after our read said one was free: the ask answers 423, the wait
+    goes on, and the log says nothing is wrong."""
+    import logging.handlers
+
+    import weightkeeper.runtime
+    from weightkeeper.runtime import download_slot, ensure_download_limit
+
+    wk.rewrite(max_concurrent_downloads=1)
+    ensure_download_limit(wk.settings)
+    taken, free = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with download_slot(wk.settings, lambda *_: None):
+            taken.set()
+            free.wait(60)
+
+    holder = threading.Thread(target=other)
+    holder.start()
+    reads = []
+    lines = logging.handlers.BufferingHandler(100)  # Prefect's internal loggers do not propagate to pytest's
+    logging.getLogger("prefect._internal.concurrency").addHandler(lines)
+
+    real = weightkeeper.runtime.slots_in_use
+
+    def stale_read() -> tuple[int, int]:  # the read before the other process's take
+        reads.append(real())
+        return (0, 1) if len(reads) <= 2 else reads[-1]
+
+    try:
+        assert taken.wait(60)
+        monkeypatch.setattr(weightkeeper.runtime, "slots_in_use", stale_read)
+        waits = []
+        with download_slot(wk.settings, lambda *args: waits.append(args) or (len(waits) == 2 and free.set())):
+            assert real() == (1, 1)
+        assert reads[:2] == [(1, 1), (1, 1)] and waits  # asked twice while taken (423s), then waited it out
+        assert not [r.getMessage() for r in lines.buffer if r.levelno >= logging.ERROR]
+    finally:
+        logging.getLogger("prefect._internal.concurrency").removeHandler(lines)
+        free.set()
+        holder.join(60)
+        wk.rewrite()
+        ensure_download_limit(wk.settings)
+
+
 def test_a_limit_another_run_creates_meanwhile_is_resized_not_an_error(wk, monkeypatch):
     from prefect.client.orchestration import SyncPrefectClient
     from prefect.exceptions import ObjectNotFound

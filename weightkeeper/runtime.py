@@ -29,6 +29,19 @@ SLOT_LEASE_SECONDS = 60.0  # the shortest lease Prefect's server grants (`lease_
 SLOT_WAIT = "Waiting for a download slot"  # how a waiting download's (or staging's) message begins: /metrics counts them
 
 logger = logging.getLogger("weightkeeper.runtime")
+
+
+class _SlotRequestFailed(logging.Filter):
+    """Drops Prefect's ERROR line "Service 'ConcurrencySlotAcquisitionWithLeaseService' failed to process item":
+    its caller, `_take_slot`, gets the same exception and polls again on a 423 (a slot taken between its read
+    and its ask) or raises anything else, so the line only says, alarmingly, what is handled."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (str(record.msg).startswith("Service %r failed to process item") and record.args
+                    and record.args[0] == "ConcurrencySlotAcquisitionWithLeaseService")
+
+
+logging.getLogger("prefect._internal.concurrency").addFilter(_SlotRequestFailed())
 _TAKING = threading.Lock()  # one slot request at a time in this process (Prefect's slot service queues them too)
 _PREFECT_SETTINGS: dict[tuple, tuple[Any, Any]] = {}  # (base id, updates) -> (base, updated)
 
@@ -88,7 +101,7 @@ def _take_slot(on_wait: Callable[[int, int], None]) -> AbstractContextManager[No
     where `on_wait` cannot run. So the limit is read about every SLOT_POLL_SECONDS, `on_wait(in_use, limit)`
     (which may raise to stop waiting) called in between, and a slot asked for only when one is free, once
     (`max_retries=0`); reading and asking are one step per process, so only another process can take the
-    slot in between (a 423: polled again, and Prefect logs it)."""
+    slot in between (a 423: polled again, Prefect's ERROR line for it dropped)."""
     holder = ConcurrencyLeaseHolder(type="task_run", id=task_run.id) if task_run.id else None
     while True:
         with _TAKING:
