@@ -6,8 +6,8 @@ Creates the download limit and the work pools (Kubernetes pools from infra/kuber
 `[workspaces.kubernetes]` table, local process pools for the others) if missing (a Kubernetes pool whose
 template differs from the config's is updated), then applies
 `weightkeeper.deployments.declared`: ensure-model, delete-model, reconcile (every
-`reconcile_interval_seconds`, default 60) and, per workspace work pool, download-to-path and
-clean-path. Start a worker per pool yourself (`prefect worker start --pool P --type process`), or
+`reconcile_interval_seconds`, default 60) and, per workspace work pool other than the control pool,
+download-to-path and clean-path (the lifecycle runs run those of the control pool's workspaces themselves). Start a worker per pool yourself (`prefect worker start --pool P --type process`), or
 run `weightkeeper serve`, which does all of this and starts the workers and the API.
 """
 

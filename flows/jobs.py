@@ -16,6 +16,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.context import FlowRunContext
 from prefect.deployments import run_deployment
+from prefect.futures import PrefectFuture
 from prefect.runtime import flow_run
 from prefect.states import Cancelled, Cancelling, State
 
@@ -36,7 +37,8 @@ NOBODY = Holder("", "", 0, 0.0)  # holds no lease: a write as NOBODY happens onl
 
 
 def deployed() -> bool:
-    """True in a flow run of a deployment: its per-path jobs run in the workspaces' pools; else here."""
+    """True in a flow run of a deployment: its per-path jobs run in the workspaces' pools (those of its own
+    process pool here, `Settings.jobs_inline`); else all here."""
     context = FlowRunContext.get()
     return bool(context and context.flow_run and context.flow_run.deployment_id)
 
@@ -93,13 +95,14 @@ def _run_here(flow: str, name: str, path: LocalPath) -> JobFailure | None:
     return _subflow(flow, name, path)
 
 
-def _jobs_here(flow: str, name: str, paths: list[LocalPath]) -> list[JobFailure]:
-    """Run each path's flow here, concurrently, and wait: the runs live and die with this process, and their
-    own steps have deadlines. A single path runs as a subflow of the lifecycle run itself: no task around it."""
-    if len(paths) == 1:
-        return [failure] if (failure := _subflow(flow, name, paths[0])) else []
-    futures = [(p, _run_here.with_options(task_run_name=f"run-{job_run_name(flow, name, p.workspace)}")
-                .submit(flow, name, p)) for p in paths]
+def _submit_here(flow: str, name: str, paths: list[LocalPath]) -> list[tuple[LocalPath, PrefectFuture]]:
+    """Start each path's flow here, each as a subflow in a task of its own, so they run concurrently."""
+    return [(p, _run_here.with_options(task_run_name=f"run-{job_run_name(flow, name, p.workspace)}")
+             .submit(flow, name, p)) for p in paths]
+
+
+def _collect(flow: str, futures: list[tuple[LocalPath, PrefectFuture]]) -> list[JobFailure]:
+    """Wait for the subflows `_submit_here` started; the failures."""
     failed = []
     for path, future in futures:
         future.wait()
@@ -111,6 +114,14 @@ def _jobs_here(flow: str, name: str, paths: list[LocalPath]) -> list[JobFailure]
         if failure is not None:
             failed.append(failure)
     return failed
+
+
+def _jobs_here(flow: str, name: str, paths: list[LocalPath]) -> list[JobFailure]:
+    """Run each path's flow here, concurrently, and wait: the runs live and die with this process, and their
+    own steps have deadlines. A single path runs as a subflow of the lifecycle run itself: no task around it."""
+    if len(paths) == 1:
+        return [failure] if (failure := _subflow(flow, name, paths[0])) else []
+    return _collect(flow, _submit_here(flow, name, paths))
 
 
 @dataclass
@@ -198,12 +209,19 @@ def _check(client, flow: str, child: _Child, path: LocalPath | None, budget: flo
 def run_path_jobs(flow: str, name: str, paths: list[LocalPath], here: bool = False) -> list[JobFailure]:
     """Run `flow(name, path_id)` for each path and wait; the runs that did not complete. A path runs here, as a
     subflow, when `here` or when its workspace's jobs belong in the control pool this run is in
-    (`Settings.jobs_inline`); else as a deployment run in its workspace's pool. Both kinds run at once."""
+    (`Settings.jobs_inline`); else as a deployment run in its workspace's pool. Both kinds run at once: the
+    deployment runs are watched (deadlines, dead workers) while the subflows work."""
     settings, _ = current()
     inline = {p.id for p in paths if here or settings.jobs_inline(p.workspace)}
+    if len(inline) == len(paths):
+        return _jobs_here(flow, name, paths)
     children, failed = _start_deployed(flow, name, [p for p in paths if p.id not in inline])
-    failed += _jobs_here(flow, name, [p for p in paths if p.id in inline])
-    return failed + _wait_deployed(flow, name, children)
+    futures = _submit_here(flow, name, [p for p in paths if p.id in inline])
+    try:
+        failed += _wait_deployed(flow, name, children)
+    finally:
+        failed += _collect(flow, futures)  # never leave a subflow behind, even if the watch failed
+    return failed
 
 
 def _record(registry: Registry, name: str, failure: JobFailure) -> None:

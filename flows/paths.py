@@ -1,5 +1,5 @@
 """The per-path flows: one path's download or cleanup, run as a subflow here or as a deployment run in
-the work pool of the path's workspace (`weightkeeper.flows.jobs` chooses per call)."""
+the work pool of the path's workspace (`weightkeeper.flows.jobs` chooses per path)."""
 
 from __future__ import annotations
 

@@ -232,6 +232,45 @@ def test_the_index_migration_backfills_sizes(tmp_path, pg_url_or_sqlite):
     engine.dispose()
 
 
+def test_targets_keep_their_meaning_across_the_jsonb_migration(pg_url_or_sqlite):
+    """Targets unset (SQL NULL or JSON null: every public workspace), naming a public workspace, or only a
+    private one: the visibility rule reads each the same before and after 0011 (JSONB on PostgreSQL), and
+    after a downgrade and an upgrade again."""
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine
+
+    from weightkeeper.registry import open_registry
+    from weightkeeper.registry.listing import ListQuery, Viewer
+    from weightkeeper.registry.store import MIGRATIONS
+
+    engine = create_engine(pg_url_or_sqlite)
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "0010")
+        for name, targets in (("sql-null", None), ("json-null", "null"), ("public", '["team-a"]'),
+                              ("private", '["bob-own"]')):
+            conn.execute(text("INSERT INTO models (name, owner_name, owner_uid, source, repo_id, revision, targets, "
+                              "phase, message, created_at, updated_at, cleanup_attempts, download_policy, keep_files, "
+                              "staging_owned, size_bytes) VALUES (:n, 'bob', 1, 's', 'r', 'main', :g, 'Ready', '', "
+                              ":t, :t, 0, 'always-download', false, false, 0)"),
+                         {"n": name, "g": targets, "t": "2026-01-01 00:00:00"})
+    viewer = Viewer("alice", frozenset({"team-a"}))
+
+    def seen() -> list[str]:
+        return [m.name for m in open_registry(pg_url_or_sqlite).list_page(ListQuery(), viewer).items]
+
+    assert seen() == ["json-null", "public", "sql-null"]  # opening migrates to the head
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0010")
+        command.upgrade(config, "head")
+    assert seen() == ["json-null", "public", "sql-null"]
+    engine.dispose()
+
+
 @pytest.fixture
 def pg_url_or_sqlite(tmp_path, request):
     import os

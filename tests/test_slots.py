@@ -133,6 +133,27 @@ def test_a_slot_taken_between_the_read_and_the_ask_is_waited_for_without_an_erro
         ensure_download_limit(wk.settings)
 
 
+@pytest.mark.parametrize("status, shown", [(423, False), (500, True), (None, True)])
+def test_only_the_line_of_a_423_slot_request_is_dropped(status, shown):
+    import concurrent.futures
+    import logging
+
+    import httpx
+
+    from weightkeeper.runtime import _SlotRequestFailed
+
+    future = concurrent.futures.Future()
+    request = httpx.Request("POST", "http://prefect/v2/concurrency_limits/increment-with-lease")
+    if status is None:
+        future.set_exception(httpx.ConnectError("refused", request=request))
+    else:
+        future.set_exception(httpx.HTTPStatusError("x", request=request, response=httpx.Response(status, request=request)))
+    record = logging.LogRecord("prefect._internal.concurrency", logging.ERROR, __file__, 1,
+                               "Service %r failed to process item %r",
+                               ("ConcurrencySlotAcquisitionWithLeaseService", (1, "concurrency", future)), None)
+    assert _SlotRequestFailed().filter(record) is shown
+
+
 def test_a_limit_another_run_creates_meanwhile_is_resized_not_an_error(wk, monkeypatch):
     from prefect.client.orchestration import SyncPrefectClient
     from prefect.exceptions import ObjectNotFound

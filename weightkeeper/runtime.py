@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import random
 import threading
@@ -32,13 +33,21 @@ logger = logging.getLogger("weightkeeper.runtime")
 
 
 class _SlotRequestFailed(logging.Filter):
-    """Drops Prefect's ERROR line "Service 'ConcurrencySlotAcquisitionWithLeaseService' failed to process item":
-    its caller, `_take_slot`, gets the same exception and polls again on a 423 (a slot taken between its read
-    and its ask) or raises anything else, so the line only says, alarmingly, what is handled."""
+    """Drops Prefect's ERROR line "Service 'ConcurrencySlotAcquisitionWithLeaseService' failed to process item"
+    when the item's future holds a 423 (every slot taken between `_take_slot`'s read and its ask): the caller
+    gets that answer and polls again, so the line only says, alarmingly, what is handled. Any other failure's
+    line stays."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (str(record.msg).startswith("Service %r failed to process item") and record.args
-                    and record.args[0] == "ConcurrencySlotAcquisitionWithLeaseService")
+        if not (str(record.msg).startswith("Service %r failed to process item") and isinstance(record.args, tuple)
+                and len(record.args) == 2 and record.args[0] == "ConcurrencySlotAcquisitionWithLeaseService"
+                and isinstance(record.args[1], tuple) and record.args[1]):
+            return True
+        future = record.args[1][-1]  # Prefect's FutureQueueService puts the caller's future last
+        if not isinstance(future, concurrent.futures.Future) or not future.done() or future.cancelled():
+            return True
+        error = future.exception()
+        return not (isinstance(error, httpx.HTTPStatusError) and error.response.status_code == 423)
 
 
 logging.getLogger("prefect._internal.concurrency").addFilter(_SlotRequestFailed())
