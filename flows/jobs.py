@@ -137,8 +137,6 @@ class _Child:
 
 def _start_deployed(flow: str, name: str, paths: list[LocalPath]) -> tuple[list[_Child], list[JobFailure]]:
     """Start each path's flow as a deployment run in its workspace's pool."""
-    if not paths:
-        return [], []
     settings, registry = current()
     model = registry.get_model(name)
     children, failed = [], []
@@ -160,8 +158,6 @@ def _start_deployed(flow: str, name: str, paths: list[LocalPath]) -> tuple[list[
 
 def _wait_deployed(flow: str, name: str, children: list[_Child]) -> list[JobFailure]:
     """Wait for the deployment runs; the failures."""
-    if not children:
-        return []
     settings, registry = current()
     budget, failed = run_budget(flow, settings), []
     with get_client(sync_client=True) as client:

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -41,7 +43,10 @@ def test_a_missing_limit_fails_the_download_for_good_and_unlimited_downloads_nee
         ensure_download_limit(wk.settings)
 
 
-def test_while_every_slot_is_taken_on_wait_is_called_and_can_stop_the_wait(wk, download_limit):
+@contextlib.contextmanager
+def another_holds_the_only_slot(wk) -> Iterator[threading.Event]:
+    """The limit at 1 and its slot held by another thread until the event yielded is set (at the latest when
+    the block ends); the limit restored afterwards."""
     from weightkeeper.runtime import download_slot, ensure_download_limit
 
     wk.rewrite(max_concurrent_downloads=1)
@@ -57,6 +62,18 @@ def test_while_every_slot_is_taken_on_wait_is_called_and_can_stop_the_wait(wk, d
     holder.start()
     try:
         assert taken.wait(60)
+        yield free
+    finally:
+        free.set()
+        holder.join(60)
+        wk.rewrite()
+        ensure_download_limit(wk.settings)
+
+
+def test_while_every_slot_is_taken_on_wait_is_called_and_can_stop_the_wait(wk, download_limit):
+    from weightkeeper.runtime import download_slot
+
+    with another_holds_the_only_slot(wk) as free:
         calls: list[tuple[int, int]] = []
 
         class Stop(Exception):
@@ -80,11 +97,6 @@ def test_while_every_slot_is_taken_on_wait_is_called_and_can_stop_the_wait(wk, d
         with download_slot(wk.settings, free_on_first):
             assert in_use() == (1, 1)
         assert calls and set(calls) == {(1, 1)} and in_use() == (0, 1)
-    finally:
-        free.set()
-        holder.join(60)
-        wk.rewrite()
-        ensure_download_limit(wk.settings)
 
 
 def test_a_slot_taken_between_the_read_and_the_ask_is_waited_for_without_an_error_line(wk, download_limit,
@@ -94,43 +106,27 @@ def test_a_slot_taken_between_the_read_and_the_ask_is_waited_for_without_an_erro
     import logging.handlers
 
     import weightkeeper.runtime
-    from weightkeeper.runtime import download_slot, ensure_download_limit
+    from weightkeeper.runtime import download_slot
 
-    wk.rewrite(max_concurrent_downloads=1)
-    ensure_download_limit(wk.settings)
-    taken, free = threading.Event(), threading.Event()
-
-    def other() -> None:
-        with download_slot(wk.settings, lambda *_: None):
-            taken.set()
-            free.wait(60)
-
-    holder = threading.Thread(target=other)
-    holder.start()
     reads = []
-    lines = logging.handlers.BufferingHandler(100)  # Prefect's internal loggers do not propagate to pytest's
-    logging.getLogger("prefect._internal.concurrency").addHandler(lines)
-
     real = weightkeeper.runtime.slots_in_use
 
     def stale_read() -> tuple[int, int]:  # the read before the other process's take
         reads.append(real())
         return (0, 1) if len(reads) <= 2 else reads[-1]
 
+    lines = logging.handlers.BufferingHandler(100)  # Prefect's internal loggers do not propagate to pytest's
+    logging.getLogger("prefect._internal.concurrency").addHandler(lines)
     try:
-        assert taken.wait(60)
-        monkeypatch.setattr(weightkeeper.runtime, "slots_in_use", stale_read)
-        waits = []
-        with download_slot(wk.settings, lambda *args: waits.append(args) or (len(waits) == 2 and free.set())):
-            assert real() == (1, 1)
+        with another_holds_the_only_slot(wk) as free:
+            monkeypatch.setattr(weightkeeper.runtime, "slots_in_use", stale_read)
+            waits = []
+            with download_slot(wk.settings, lambda *args: waits.append(args) or (len(waits) == 2 and free.set())):
+                assert real() == (1, 1)
         assert reads[:2] == [(1, 1), (1, 1)] and waits  # asked twice while taken (423s), then waited it out
         assert not [r.getMessage() for r in lines.buffer if r.levelno >= logging.ERROR]
     finally:
         logging.getLogger("prefect._internal.concurrency").removeHandler(lines)
-        free.set()
-        holder.join(60)
-        wk.rewrite()
-        ensure_download_limit(wk.settings)
 
 
 @pytest.mark.parametrize("status, shown", [(423, False), (500, True), (None, True)])
