@@ -9,9 +9,10 @@ from weightkeeper.tasks.cleanup import clean_path
 from weightkeeper.tasks.report import finish_model
 from weightkeeper.tasks.snapshot import resolve_revision
 from weightkeeper.tasks.stage import stage_to_s3
+from weightkeeper.tasks.switch import check_head, finish_switch
 from weightkeeper.config import ENSURE_FLOW
 from weightkeeper.layout import HfSource, parse_source
-from weightkeeper.registry.common import DELETING, FAILED
+from weightkeeper.registry.common import DELETING, FAILED, READY
 from weightkeeper.runs import holds_run_lease
 from weightkeeper.runtime import ensure_download_limit
 from weightkeeper.context import current
@@ -20,13 +21,16 @@ from weightkeeper.context import current
 @flow(name=ENSURE_FLOW, flow_run_name="ensure-{name}", log_prints=True)
 @holds_run_lease(ENSURE_FLOW)
 def ensure_model(name: str) -> str:
-    """Resolve the revision, download into each target path (capped by the global limit), record sizes."""
+    """Resolve the revision, download into each target path (capped by the global limit), record sizes; for a
+    Ready model that follows a branch or was asked for another revision, `follow` it."""
     logger = get_run_logger()
     settings, registry = current()
     model = registry.get_model(name)
     if model.phase == DELETING:
         logger.info("%s is being deleted; nothing to ensure", name)
         return model.phase
+    if model.phase == READY and (model.track or model.next_revision) and model.local_paths:
+        return follow(name)
     if model.local_paths:
         ensure_download_limit(settings)
         snapshot, step = resolve_revision(name, return_state=True), "resolve"
@@ -46,3 +50,23 @@ def ensure_model(name: str) -> str:
     model = registry.find_model(name)
     logger.info("%s is %s%s", name, phase, f": {model.message}" if model else "")
     return phase
+
+
+def follow(name: str) -> str:
+    """A Ready model's next commit: ask the head; when it moved, each path downloads it beside the current commit
+    and switches to it (a download-to-path run each, here or in its pool); the model records it once all did.
+    The model stays Ready on its commit throughout, and when a download fails."""
+    settings, registry = current()
+    ensure_download_limit(settings)
+    moved = check_head(name, return_state=True)
+    if not moved.is_completed():
+        model = registry.get_model(name)
+        registry.head_checked(name, None, [], held=f"cannot check the head of {model.source}: {moved.message}; "
+                                                  f"it stays on {model.commit}")
+    elif moved.result():
+        paths = [p for p in registry.get_model(name).local_paths if not p.retired]
+        download_paths(name, paths, here=not deployed())
+        finish_switch(name)
+    model = registry.get_model(name)
+    get_run_logger().info("%s is %s on %s: %s", name, model.phase, model.commit, model.message)
+    return model.phase

@@ -8,9 +8,11 @@ from prefect import flow
 from weightkeeper.tasks.cleanup import clean_path
 from weightkeeper.tasks.download import download_snapshot, record_size
 from weightkeeper.tasks.snapshot import pinned, resolve_revision
+from weightkeeper.tasks.switch import pending, switch_path
 from weightkeeper.config import CLEAN_FLOW, DOWNLOAD_FLOW, Settings
 from weightkeeper.context import current
 from weightkeeper.registry import Model
+from weightkeeper.registry.common import READY
 
 CLEANUP_RETRIES = 10
 MARGIN_SECONDS = 600  # for what a run does besides its bounded steps: start, claim, slot wait, verification
@@ -27,10 +29,14 @@ def _workspace(model: Model | None, path_id: int) -> str:
 
 @flow(name=DOWNLOAD_FLOW)  # runs are named download-<model>-<workspace> by whoever starts them
 def download_to_path(name: str, path_id: int):
-    """Fill one path of a model that ensure-model resolved, then record its size."""
+    """Fill one path of a model that ensure-model resolved, then record its size; or switch the path of a Ready
+    model to the commit it is switching to."""
     _, registry = current()
     model = registry.find_model(name)
     ws = _workspace(model, path_id)
+    if model and model.phase == READY and (switch_to := pending(model)):  # a Ready model switching commit
+        return switch_path.with_options(task_run_name=f"switch-{name}-{ws}")(name, path_id, switch_to,
+                                                                             return_state=True)
     snapshot = (model and pinned(model)) or resolve_revision(name)  # pinned by ensure-model: no task, no request
     state = download_snapshot.with_options(task_run_name=f"download-{name}-{ws}")(
         name, path_id, snapshot, return_state=True)

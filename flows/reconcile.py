@@ -16,7 +16,7 @@ from weightkeeper.flows.jobs import deployed
 from weightkeeper.tasks.cleanup import collect_shared_copy
 from weightkeeper.tasks.verify import Copy, check_copies, verify_model_path, verify_shared_copy
 from weightkeeper.config import DELETE_FLOW, RECONCILE_FLOW, Settings
-from weightkeeper.desired import IN_PROGRESS, needed_run, orphans
+from weightkeeper.desired import IN_PROGRESS, in_grace, needed_run, orphans, update_due
 from weightkeeper.registry import Model, Registry
 from weightkeeper.registry.artifacts import A_DOWNLOADING, A_PENDING, A_READY, Artifact
 from weightkeeper.registry.common import DELETING, READY, utcnow
@@ -36,11 +36,13 @@ def mark_crashed(run_id: str, model: str) -> str:
 
 
 @task(name="start-run")
-def start_run(flow_name: str, name: str) -> str:
-    """Start the lifecycle run a model needs: a deployment run (when deployed), else here as a subflow."""
+def start_run(flow_name: str, name: str, update: bool = False) -> str:
+    """Start the lifecycle run a model needs: a deployment run (when deployed), else here as a subflow. `update`:
+    the run of a Ready model whose next commit is due."""
     settings, registry = current()
     key = f"reconcile/{flow_run.id or 'local'}/{flow_name}/{name}"
-    phases = (DELETING,) if flow_name == DELETE_FLOW else IN_PROGRESS  # another pass may have finished it
+    # only while the model is still where this pass saw it: another pass may have finished it
+    phases = (DELETING,) if flow_name == DELETE_FLOW else (READY,) if update else IN_PROGRESS
     try:
         if deployed():
             run_id = start_deployment(registry, settings, flow_name, name, key, phases)
@@ -66,6 +68,7 @@ def _drive_models(settings: Settings, registry: Registry, models: list[Model],
                   runs: dict[str, RunLease]) -> dict[str, str]:
     logger = get_run_logger()
     outcomes: dict[str, str] = {}
+    now = utcnow()
     lapsed = {name: run_id for name, lease in runs.items()
               if lease.reserved and not lease.fresh and (run_id := flow_run_of(lease.lease))}
     queued = still_queued(list(lapsed.values())) if lapsed else set()
@@ -82,8 +85,10 @@ def _drive_models(settings: Settings, registry: Registry, models: list[Model],
             logger.warning("%s: run %s of %s has not renewed its lease since %s; treated as crashed", model.name,
                            run_id, lease.flow, lease.lease.expires_at)
             mark_crashed(run_id, model.name, return_state=True)
-        if flow_name := needed_run(model.phase, lease.flow if lease is not None and lease.fresh else None):
-            outcomes[f"model {model.name}"] = start_run(flow_name, model.name)
+        update = update_due(model.phase, model.track, model.next_revision, model.head_checked_at, now,
+                            settings.track_interval_seconds)
+        if flow_name := needed_run(model.phase, lease.flow if lease is not None and lease.fresh else None, update):
+            outcomes[f"model {model.name}"] = start_run(flow_name, model.name, update)
     return outcomes
 
 
@@ -165,13 +170,14 @@ def reconcile() -> Outcomes:
     logger = get_run_logger()
     settings, registry = current()
     ensure_download_limit(settings)  # repairs take download slots
-    models, runs = registry.reconcile_state()
+    models, runs = registry.reconcile_state(settings.track_interval_seconds)
     outcomes = _drive_models(settings, registry, models, runs)
     artifacts = registry.list_artifacts()
     outcomes.update(_verify(settings, registry, artifacts))
     for artifact in artifacts:
         if not artifact.users:
-            outcomes[artifact.path] = collect_shared_copy(artifact.id)
+            outcomes[artifact.path] = "kept: switched from recently" if in_grace(
+                artifact.released_at, utcnow(), settings.track_grace_seconds) else collect_shared_copy(artifact.id)
     found = _orphans(settings, registry)
     outcomes.update({path: "orphan" for path in found})
     rows = "\n".join(f"| {path} | {outcome} |" for path, outcome in sorted(outcomes.items()))

@@ -27,9 +27,10 @@ from weightkeeper.layout import REUSE_IF_EXISTS, artifact_path, link_target, sha
 from weightkeeper.lease import Held, renewed
 from weightkeeper.registry import Holder, LocalPath, Model, Registry
 from weightkeeper.registry.leases import Kind
-from weightkeeper.registry.metrics import DOWNLOAD_SECONDS, DOWNLOADED_BYTES, SHARED_COPY_BYTES
+from weightkeeper.registry.metrics import DOWNLOAD_SECONDS, DOWNLOADED_BYTES, REUSED_BYTES, SHARED_COPY_BYTES
 from weightkeeper.registry.artifacts import A_DOWNLOADING, A_PENDING, A_READY
 from weightkeeper.registry.common import DOWNLOADING, WAITING
+from weightkeeper.reuse import Reused, reuse_files
 from weightkeeper.runtime import SLOT_WAIT, download_slot
 from weightkeeper.context import current
 from weightkeeper.sharing import discard, file_lock, is_ready, mark_ready
@@ -84,8 +85,10 @@ class Reporter:
     progress artifact appears once the download has gone on for ARTIFACT_SECONDS (a shorter one has only the
     model's table of paths)."""
 
-    def __init__(self, registry: Registry, name: str, entry: LocalPath, held: Held, total: int):
+    def __init__(self, registry: Registry, name: str, entry: LocalPath, held: Held, total: int,
+                 status: str = DOWNLOADING):
         self.registry, self.name, self.entry, self.held, self.total = registry, name, entry, held, total
+        self.status = status  # of the path while this runs: Ready while it downloads the commit it switches to
         self.also: Held | None = None
         self.last_beat = 0.0
         self.last_artifact = time.monotonic()
@@ -165,11 +168,34 @@ class FetchMeter:
             self.registry.record(DOWNLOAD_SECONDS, time.monotonic() - self.started, source=self.source)
 
 
+def reuse_into(settings: Settings, registry: Registry, snapshot: Snapshot, target: Dir, missing: list[str],
+               workspace: str, cluster: str) -> Reused | None:
+    """Take the missing files that verified copies of the repository on the workspace's volume hold
+    (`weightkeeper.reuse`), counted apart from fetched bytes; None when there was none to take."""
+    ws = settings.workspace(workspace)
+    copies = registry.verified_copies(snapshot.repo_id, cluster, ws.volume) if ws and ws.volume else []
+    if not copies:
+        return None
+    wanted = set(missing)
+    reused = reuse_files(target, [f for f in snapshot.files if f.path in wanted], copies, settings.volume_rules)
+    if not reused.files:
+        return None
+    for how, size in reused.by_how.items():
+        registry.record(REUSED_BYTES, size, workspace=workspace, how=how)
+    get_run_logger().info("%s@%s: %s into %s from verified copies on %s", snapshot.repo_id, snapshot.commit[:12],
+                          reused, target, ws.volume)
+    return reused
+
+
 def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: Snapshot, target: Dir,
                reporter: Reporter) -> int:
     """Fetch what is missing in `target`, holding a download slot while bytes flow; returns bytes fetched."""
     logger = get_run_logger()
     missing = _missing(snapshot, target)
+    entry = reporter.entry
+    if missing and (reused := reuse_into(settings, registry, snapshot, target, missing, entry.workspace, entry.cluster)):
+        registry.set_path_message(model.name, entry.id, reporter.status, f"{reused} from copies on the volume")
+        missing = _missing(snapshot, target)
     if not missing:
         logger.info("%s: all %d files already in %s; nothing to download", model.name, len(snapshot.files), target)
         return 0
@@ -186,7 +212,7 @@ def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: S
         message=downloading if seconds is None else budget_message(seconds), force=True))
     with FetchMeter(registry, reporter.entry.workspace, source, reporter.beat) as meter, \
             download_slot(settings, on_wait):
-        registry.set_path_message(model.name, reporter.entry.id, DOWNLOADING, downloading)
+        registry.set_path_message(model.name, reporter.entry.id, reporter.status, downloading)
         deadline = time.monotonic() + settings.download_timeout_seconds
         fetched = fetch_model_files(settings, model.source, model.staging_uri, model.token_block, snapshot,
                                     target, meter, deadline, budget)
@@ -196,13 +222,17 @@ def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: S
 
 
 def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry: LocalPath, holder: Holder,
-                     parent: Dir, name: str, snapshot: Snapshot, reporter: Reporter) -> None:
+                     parent: Dir, name: str, snapshot: Snapshot, reporter: Reporter, switch: bool = False) -> None:
     """Link the entry's path (`name` in `parent`) to the verified shared copy of the snapshot on its volume,
     downloading the copy first if needed. Everything happens under the copy's lease (registry) and file
-    lock (volume), so exactly one run downloads it and garbage collection never races a new link."""
+    lock (volume), so exactly one run downloads it and garbage collection never races a new link.
+
+    `switch`: the path is a link to another commit's copy, which it keeps until the new copy is verified; then
+    a new link is renamed over it (a reader sees one commit or the other), and the registry records the switch
+    (`path_switched`) before the new copy's lease is let go."""
     ws = settings.workspace(entry.workspace)
     volumes = settings.volume_rules
-    path = artifact_path(ws.volume, snapshot.repo_id, snapshot.commit, ws.models_dir)
+    path = artifact_path(ws.volume, snapshot.repo_id, snapshot.copy, ws.models_dir)
     check_writable(path, volumes, artifact=True)
     files = [f.to_json() for f in snapshot.files]
     while True:
@@ -215,7 +245,8 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
             continue
         reporter.beat(message=f"Waiting for {blocker.describe()}, working on the shared copy {path}", force=True)
         time.sleep(WAIT_POLL_SECONDS)
-    registry.link_path(model.name, entry.id, artifact.id)  # a user from now on: never collected under us
+    if not switch:
+        registry.link_path(model.name, entry.id, artifact.id)  # a user from now on: never collected under us
     message, ready = "download interrupted", False
     try:
         with renewed(registry, Kind.ARTIFACT, artifact.id, copy_holder, settings.lease_seconds) as reporter.also:
@@ -233,6 +264,9 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
                 if st is not None and stat.S_ISDIR(st.st_mode):
                     parent.rmdir(name)  # an empty directory (checked by the caller) becomes the link
                 parent.symlink(link_target(entry.path, path), name)
+                if switch:
+                    with open_path(path, volumes, artifact=True) as copy:
+                        registry.path_switched(model.name, entry.id, holder, artifact.id, directory_size(copy))
                 message = "verified"
         if served:
             registry.record(SHARED_COPY_BYTES, snapshot.total_bytes, workspace=entry.workspace)
@@ -296,7 +330,7 @@ def download_snapshot(name: str, path_id: int, snapshot: Snapshot):
         sharing = model.download_policy == REUSE_IF_EXISTS
         if sharing and (problem := sharing_problem(entry.path, ws.volume, ws.models_dir)):
             raise DownloadError(f"{problem}; use always-download or a path inside the models root", permanent=True)
-        shared = artifact_path(ws.volume, snapshot.repo_id, snapshot.commit, ws.models_dir)
+        shared = artifact_path(ws.volume, snapshot.repo_id, snapshot.copy, ws.models_dir)
         check_writable(entry.path, settings.volume_rules)
         _claim(registry, name, entry, holder, settings.lease_seconds)
         with renewed(registry, Kind.PATH, path_id, holder, settings.lease_seconds) as held:

@@ -5,16 +5,13 @@ from __future__ import annotations
 from prefect import get_run_logger, task
 
 from weightkeeper.download import RemoteFile, Snapshot
-from weightkeeper.hub import resolve_snapshot
-from weightkeeper.hubbudget import budget_message, hub_budget
+from weightkeeper.hubbudget import budget_message
 from weightkeeper.errors import DownloadError, WeightkeeperError
-from weightkeeper.layout import HfSource, S3Source, parse_source
+from weightkeeper.layout import S3Source, copy_name, parse_source
 from weightkeeper.registry.common import DOWNLOADING, FAILED
 from weightkeeper.registry import Model
-from weightkeeper.credentials import load_token
 from weightkeeper.context import current
-from weightkeeper.s3 import list_source
-from weightkeeper.sources import limits, s3_client
+from weightkeeper.sources import resolve
 
 
 def retry_transient(task, task_run, state) -> bool:
@@ -33,7 +30,8 @@ def retry_transient(task, task_run, state) -> bool:
 def pinned(model: Model) -> Snapshot | None:
     """The snapshot a model is pinned to, recorded in the registry (None until resolved)."""
     if model.commit and model.files is not None:
-        return Snapshot(model.repo_id, model.commit, tuple(RemoteFile.from_json(f) for f in model.files))
+        return Snapshot(model.repo_id, model.commit, tuple(RemoteFile.from_json(f) for f in model.files),
+                        copy_name(model.commit, model.include, model.exclude))
     return None
 
 
@@ -50,13 +48,8 @@ def resolve_revision(name: str) -> Snapshot:
         return snapshot
     source = parse_source(model.source)
     try:
-        if isinstance(source, S3Source):
-            snapshot = list_source(s3_client(settings), source, limits(settings))
-        else:
-            budget = hub_budget(settings, registry, lambda seconds: seconds is not None and registry.set_message(
-                name, budget_message(seconds)))
-            snapshot = resolve_snapshot(HfSource(model.repo_id, model.revision), settings.hf_endpoint,
-                                        load_token(model.token_block), limits(settings), budget)
+        snapshot = resolve(settings, registry, source, model.token_block, model.include, model.exclude,
+                           lambda seconds: seconds is not None and registry.set_message(name, budget_message(seconds)))
     except DownloadError as e:
         if e.permanent:
             registry.set_phase(name, FAILED, str(e))

@@ -46,7 +46,7 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
     logger = get_run_logger()
     settings, registry = current()
     model = registry.get_model(name)
-    uri = staging_uri(settings.s3.bucket, settings.s3.prefix, snapshot.repo_id, snapshot.commit)
+    uri = staging_uri(settings.s3.bucket, settings.s3.prefix, snapshot.repo_id, snapshot.copy)
     holder = Holder.here(f"stage/{flow_run.id or 'local'}")
     while not (claim := registry.claim_staging(name, uri, holder, settings.lease_seconds)).ok:
         if claim.outcome == "deleting":

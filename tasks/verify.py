@@ -11,9 +11,10 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
+from weightkeeper.tasks.download import reuse_into
 from weightkeeper.tasks.report import model_phase
 from weightkeeper.config import Settings
-from weightkeeper.download import RemoteFile, Snapshot
+from weightkeeper.download import RemoteFile, Snapshot, in_place
 from weightkeeper.anchored import Dir, PathOpener, open_parent, open_path
 from weightkeeper.errors import DownloadCancelled, DownloadError, UnsafePathError
 from weightkeeper.fsops import directory_size, own_directory, path_size
@@ -84,15 +85,25 @@ def _check(d: Dir | None, files: tuple[RemoteFile, ...], deep: bool, settings: S
     return verify_copy(d, files, deep=deep, workers=settings.verify_workers)
 
 
-def _refetch(settings: Settings, snapshot: Snapshot, root: Dir, model: Model, problems: list[Problem],
-             beat: Callable[[int], None]) -> None:
-    """Drop the damaged entries and fetch them again from where `model` gets its files (the rest of the
-    copy is left alone)."""
+def _refetch(settings: Settings, registry: Registry, snapshot: Snapshot, root: Dir, model: Model,
+             problems: list[Problem], beat: Callable[[int], None], workspace: str, cluster: str) -> None:
+    """Drop the damaged entries, take those that verified copies on the volume hold, and fetch the others again
+    from where `model` gets its files (the rest of the copy is left alone)."""
     for problem in problems:
         discard(root, problem.path)
+    missing = [f.path for f in snapshot.files if not in_place(root, f)]
+    if missing and reuse_into(settings, registry, snapshot, root, missing, workspace, cluster) and all(
+            in_place(root, f) for f in snapshot.files):
+        return
     with download_slot(settings, lambda in_use, limit: None):
         fetch_model_files(settings, model.source, model.staging_uri, model.token_block, snapshot, root, beat,
                           deadline=float("inf"))
+
+
+def _workspace_of(settings: Settings, artifact) -> str:
+    """The first workspace (in config order) on the shared copy's volume: the one its bytes count in."""
+    return next((w.name for w in settings.workspaces if w.cluster == artifact.cluster and w.volume == artifact.volume),
+                "")
 
 
 @task(name="verify-shared-copy")
@@ -136,7 +147,8 @@ def _repair_shared_copy(settings, registry: Registry, artifact, files, problems,
     try:
         with open_path(artifact.path, settings.volume_rules, create=True, artifact=True) as copy:
             unmark_ready(copy)
-            _refetch(settings, Snapshot(artifact.repo_id, artifact.commit, files), copy, source, problems, beat)
+            _refetch(settings, registry, Snapshot(artifact.repo_id, artifact.commit, files), copy, source, problems,
+                     beat, _workspace_of(settings, artifact), artifact.cluster)
             remaining = verify_copy(copy, files, deep=True, workers=settings.verify_workers)
             if not remaining:
                 mark_ready(copy, artifact.commit)
@@ -214,7 +226,8 @@ def _repair_model_path(settings: Settings, registry: Registry, model, entry, fil
             with own:
                 if made != entry.made and not registry.set_path_made(name, path_id, holder, made):
                     raise DownloadCancelled(f"another run took over {entry.path}")
-                _refetch(settings, Snapshot(model.repo_id, model.commit, files), own, model, problems, beat)
+                _refetch(settings, registry, Snapshot(model.repo_id, model.commit, files), own, model, problems,
+                         beat, entry.workspace, entry.cluster)
     except DownloadCancelled as e:
         registry.path_failed(name, path_id, holder, str(e))
         return "cancelled"

@@ -227,7 +227,8 @@ def write_config(env: Env, registry_url: str | None = None, workspaces: list[dic
     for ws in workspaces if workspaces is not None else env._workspaces:
         lines.append("[[workspaces]]")
         for key, value in ws.items():
-            lines.append(f"{key} = " + ("true" if value is True else "false" if value is False else f'"{value}"'))
+            lines.append(f"{key} = " + ("true" if value is True else "false" if value is False else str(value)
+                                        if isinstance(value, int) else f'"{value}"'))
     if s3 := s3 or getattr(env, "_s3", None):
         lines.append("[s3]")
         lines.extend(f"{key} = {str(value).lower()}" if isinstance(value, bool) else f'{key} = "{value}"'

@@ -153,9 +153,9 @@ MUTATIONS = {
                               "workers=settings.verify_workers)\n    if problems:  # files found",
                               "    problems = []\n    if problems:  # files found",
                               "tests/test_sharing.py::test_shared_copy_is_verified_before_it_is_used"),
-    "s3-prefix-guard": ("weightkeeper/guard.py", "or not COMMIT.fullmatch(rest[1]):", ":", "tests/test_guard.py"),
-    "s3-trailing-slash": ("weightkeeper/layout.py", 'return f"s3://{bucket}/{prefix}/{repo_dir_name(repo_id)}/{commit}/"',
-                          'return f"s3://{bucket}/{prefix}/{repo_dir_name(repo_id)}/{commit}"',
+    "s3-prefix-guard": ("weightkeeper/guard.py", "or not COPY.fullmatch(rest[1]):", ":", "tests/test_guard.py"),
+    "s3-trailing-slash": ("weightkeeper/layout.py", 'return f"s3://{bucket}/{prefix}/{repo_dir_name(repo_id)}/{copy}/"',
+                          'return f"s3://{bucket}/{prefix}/{repo_dir_name(repo_id)}/{copy}"',
                           "tests/test_layout.py tests/test_s3.py::test_prefix_delete_never_touches_a_neighbouring_prefix"),
     "s3-skip-staged-objects": ("weightkeeper/s3.py", "        if staged(client, bucket, key, remote):", "        if False:",
                                "tests/test_s3.py::test_interrupted_staging_resumes_without_uploading_finished_objects_again"),
@@ -529,6 +529,67 @@ MUTATIONS = {
     "copy-checks-not-recorded": (
         "tasks/verify.py", "registry.mark_checked([c.id for c in passed if not c.artifact], [c.id for c in passed if c.artifact], deep)",
         "pass", "tests/test_reconcile.py::test_a_pass_checks_only_the_copies_due_and_records_each_check"),
+    "pattern-dotdot": (
+        "weightkeeper/layout.py", """        if p.startswith("/") or ".." in p.split("/"):""", """        if False:""",
+        "tests/test_patterns.py::test_patterns_are_refused_outside_the_repository"),
+    "copy-name-ignores-selection": (
+        "weightkeeper/layout.py", "    if include is None and exclude is None:\n        return commit",
+        "    if True:\n        return commit",
+        "tests/test_patterns.py::test_each_selection_of_a_commit_has_its_own_copy_name "
+        "tests/test_patterns.py::test_shared_copies_are_kept_apart_by_selection"),
+    "guard-copy-any-suffix": (
+        "weightkeeper/layout.py", r'''COPY = re.compile(r"[0-9a-f]{40}(\.[0-9a-f]{16})?")''',
+        r'''COPY = re.compile(r"[0-9a-f]{40}(\..*)?")''',
+        "tests/test_patterns.py::test_the_guard_takes_a_selection_copy_and_nothing_like_it"),
+    "shared-path-any-selection": (
+        "weightkeeper/registry/store.py", " and patterns == (include, excluded))]", ")]",
+        "tests/test_patterns.py::test_a_path_is_not_shared_between_selections"),
+    "include-adds-to-default": (
+        "weightkeeper/planning.py", "allow_patterns=list(include), ignore_patterns=ignore))",
+        "allow_patterns=[*include, *ALLOW_PATTERNS], ignore_patterns=ignore))",
+        "tests/test_patterns.py::test_include_fetches_exactly_what_it_matches_and_exclude_never "
+        "tests/test_patterns.py::test_a_gguf_repository_downloads_only_the_quantization_asked_for"),
+    "capacity-off-by-one": (
+        "weightkeeper/planning.py", "    if stored + adding <= capacity:", "    if stored + adding < capacity:",
+        "tests/test_capacity.py::test_the_capacity_is_reached_exactly_and_never_passed "
+        "tests/test_capacity.py::test_a_model_past_the_capacity_is_refused_with_both_numbers"),
+    "capacity-ignores-pending": (
+        "weightkeeper/registry/store.py", "func.coalesce(LocalPathRow.size_bytes, ModelRow.size_bytes)",
+        "LocalPathRow.size_bytes",
+        "tests/test_capacity.py::test_a_pending_model_counts_at_its_size_so_a_burst_cannot_pass_the_capacity"),
+    "reuse-unverified": (
+        "weightkeeper/reuse.py", "good = os.fstat(fd).st_size == remote.size and _digest(fd, remote) == expected_digest(remote)",
+        "good = True",
+        "tests/test_reuse.py::test_a_copy_changed_since_it_was_verified_or_swapped_for_a_link_is_fetched_not_passed_on"),
+    "reuse-follows-links": (
+        "weightkeeper/anchored.py", "        fd = src.open(name, os.O_RDONLY)\n",
+        "        fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=src.fd)\n",
+        "tests/test_reuse.py::test_a_copy_changed_since_it_was_verified_or_swapped_for_a_link_is_fetched_not_passed_on"),
+    "repair-fetches-all": (
+        "tasks/verify.py", "    if missing and reuse_into(settings, registry, snapshot, root, missing, workspace, cluster) and all(",
+        "    if False and all(",
+        "tests/test_reuse.py::test_a_repair_takes_a_lost_file_from_another_copy_before_fetching"),
+    "switch-before-verified": (
+        "tasks/download.py", ("                with open_path(path, volumes, create=True, artifact=True) as copy:\n"
+                              "                    ready = served = is_ready(copy, snapshot.commit)\n"),
+        ("                if switch:\n                    parent.symlink(link_target(entry.path, path), name)\n"
+         "                with open_path(path, volumes, create=True, artifact=True) as copy:\n"
+         "                    ready = served = is_ready(copy, snapshot.commit)\n"),
+        "tests/test_tracking.py::test_a_tracked_model_switches_to_the_new_commit_atomically_reusing_what_did_not_change"),
+    "switched-copy-no-grace": (
+        "weightkeeper/registry/updates.py", "                copy.released_at = now\n", "                pass\n",
+        "tests/test_tracking.py::test_a_tracked_model_switches_to_the_new_commit_atomically_reusing_what_did_not_change"),
+    "failed-switch-fails-path": (
+        "weightkeeper/registry/updates.py", "                p.message, p.updated_at = scrub_message(failed), utcnow()",
+        "                p.status, p.message = \"Failed\", scrub_message(failed)",
+        "tests/test_tracking.py::test_a_failing_download_of_the_new_commit_leaves_the_model_ready_on_the_old_one"),
+    "tracked-never-due": (
+        "weightkeeper/desired.py", "    return track and (head_checked_at is None or", "    return False and (head_checked_at is None or",
+        "tests/test_tracking.py::test_a_tracked_ready_model_is_due_once_per_interval_or_when_a_revision_is_asked_for"),
+    "update-ignores-capacity": (
+        "tasks/switch.py", "            return f\"update to {snapshot.commit} held: {problem}; it stays on {model.commit}\"",
+        "            return None",
+        "tests/test_tracking.py::test_an_update_past_the_workspace_capacity_is_held_with_a_message"),
 }
 
 

@@ -25,7 +25,7 @@ def test_workspace_list(wk):
     rows = json.loads(cli(wk, "workspace", "list", "--json").stdout)
     assert [r["name"] for r in rows] == ["team-a", "team-b", "private"]
     assert rows[2] == {"name": "private", "cluster": "local", "volume": str(wk.volumes["private"]),
-                       "public": False, "owner": "alice", "modelsDir": "models", "storedBytes": 0,
+                       "public": False, "owner": "alice", "modelsDir": "models", "capacityBytes": None, "storedBytes": 0,
                        "withoutSharingBytes": 0}
 
 

@@ -27,7 +27,7 @@ from weightkeeper.runtime import SLOT_WAIT
 
 TOKENS = {"root": "root-token", "alice": "alice-token", "scraper": "scrape-token"}
 NAMES = ("weightkeeper_models", "weightkeeper_paths", "weightkeeper_oldest_deletion_timestamp_seconds",
-         "weightkeeper_downloaded_bytes", "weightkeeper_shared_copy_served_bytes",
+         "weightkeeper_downloaded_bytes", "weightkeeper_shared_copy_served_bytes", "weightkeeper_reused_bytes",
          "weightkeeper_download_duration_seconds", "weightkeeper_cleanup_duration_seconds",
          "weightkeeper_cleanup_failures", "weightkeeper_download_slots_in_use", "weightkeeper_download_slots_limit",
          "weightkeeper_download_slots_waiting", "weightkeeper_hub_requests", "weightkeeper_hub_rate_limited",

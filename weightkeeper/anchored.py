@@ -45,6 +45,23 @@ def _open_child(fd: int, name: str, create: bool, mode: int) -> int:
     return os.open(name, DIR_FLAGS, dir_fd=fd)
 
 
+def _copy(src: int, dst: int) -> None:
+    """Copy all of `src` into `dst`: `copy_file_range` (extents shared where the filesystem can), or where the
+    kernel will not between these two filesystems, `sendfile`."""
+    try:
+        while os.copy_file_range(src, dst, 1 << 30):
+            pass
+        return
+    except OSError as e:
+        if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+    os.lseek(src, 0, os.SEEK_SET)
+    os.lseek(dst, 0, os.SEEK_SET)
+    os.ftruncate(dst, 0)
+    while os.sendfile(dst, src, None, 1 << 30):
+        pass
+
+
 class Dir:
     """An open directory: every name below it is resolved from this descriptor, never through a link."""
 
@@ -163,6 +180,38 @@ class Dir:
         finally:
             os.close(fd)
         self.rename(tmp, self, name)
+
+    def take(self, src: Dir, name: str, new: str) -> tuple[str, int]:
+        """Make `new` here (a name that must not exist) the regular file `name` of `src`, which is opened first
+        without following a link, so the file checked is the file put here: a hard link to that very inode
+        (`linkat` of the open descriptor) when both are on one filesystem, else a copy (`copy_file_range`, which
+        shares extents where the filesystem can). Returns "hard link" or "copy", and a descriptor open on the
+        result (the caller closes it)."""
+        fd = src.open(name, os.O_RDONLY)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UnsafePathError(f"refusing {src.path(name)}: not a regular file")
+            os.set_blocking(fd, True)
+            try:
+                os.link(f"/proc/self/fd/{fd}", new, dst_dir_fd=self.fd, follow_symlinks=True)
+                fd, linked = -1, fd
+                return "hard link", linked
+            except OSError as e:
+                if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOENT):
+                    raise
+            out = self.open(new, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+            try:
+                os.set_blocking(out, True)
+                _copy(fd, out)
+                os.lseek(out, 0, os.SEEK_SET)
+            except BaseException:
+                os.close(out)
+                self.unlink(new)
+                raise
+            return "copy", out
+        finally:
+            if fd >= 0:
+                os.close(fd)
 
     def rename(self, name: str, to: Dir, new: str) -> None:
         os.rename(name, new, src_dir_fd=self.fd, dst_dir_fd=to.fd)

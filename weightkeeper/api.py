@@ -23,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
 from weightkeeper.config import DELETE_FLOW, ENSURE_FLOW, Settings, User
-from weightkeeper.errors import ConflictError, InvalidInputError, NotFoundError
+from weightkeeper.errors import ConflictError, InvalidInputError, NotFoundError, UnavailableError
 from weightkeeper.layout import MODEL_NAME
 from weightkeeper.metrics import metrics_registry
 from weightkeeper.phase import Phase
@@ -52,6 +52,12 @@ class ModelCreate(BaseModel):
                                    description="name of a Prefect Secret block with the HF token (one of yours)")
     downloadPolicy: Literal["always-download", "reuse-if-exists"] | None = None
     keepFiles: bool = False
+    include: list[Annotated[str, Field(max_length=255, pattern=PLAIN)]] | None = Field(
+        default=None, max_length=32, description="fetch only the files these patterns match (default: the weights "
+                                                 "and the files loading needs)")
+    exclude: list[Annotated[str, Field(max_length=255, pattern=PLAIN)]] | None = Field(
+        default=None, max_length=32, description="never fetch the files these patterns match")
+    track: bool = Field(default=False, description="follow the branch or tag: switch to each new commit")
 
 
 class Problem(BaseModel):
@@ -89,6 +95,10 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
     @app.exception_handler(ConflictError)
     def conflict(_: Request, e: ConflictError) -> JSONResponse:
         return problem(409, e.code, str(e))
+
+    @app.exception_handler(UnavailableError)
+    def unavailable(_: Request, e: UnavailableError) -> JSONResponse:
+        return problem(503, "Unavailable", str(e))
 
     @app.exception_handler(NotFoundError)
     def not_found(_: Request, e: NotFoundError) -> JSONResponse:
@@ -150,13 +160,16 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
     def create_model(body: ModelCreate, caller: Caller, key: IdempotencyKey = None) -> dict:
         """Declare a model owned by the caller and start ensure-model. 403 for a token block or S3 prefix the
         caller may not use; 409 `ResourceProcessing` while a deleting model still holds a target path; 409
-        `AlreadyExists` when live models hold them all."""
+        `AlreadyExists` when live models hold them all; 409 `InsufficientCapacity` when its size would take a
+        workspace past its `capacity_bytes` (such a model is resolved now to know it: 503 if its source cannot
+        be asked)."""
         if reason := refusal(caller, body.source, body.tokenBlock):
             raise HTTPException(403, reason)
         model = declare_model(settings, registry, name=body.name, source=body.source, owner_name=caller.name,
                               owner_uid=caller.uid, workspaces=body.workspaces, subpath=body.subpath,
                               token_block=body.tokenBlock, download_policy=body.downloadPolicy,
-                              keep_files=body.keepFiles)
+                              keep_files=body.keepFiles, include=body.include, exclude=body.exclude,
+                              track=body.track)
         return {**view(model, caller), "run": start(ENSURE_FLOW, model.name, key)}
 
     @app.get("/api/v1/models", responses={422: {"model": Problem}})

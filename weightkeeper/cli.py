@@ -22,12 +22,11 @@ from weightkeeper.config import Settings, load_settings
 from weightkeeper.context import use
 from weightkeeper.errors import ConfigError, ConflictError, InvalidInputError, NotFoundError, WeightkeeperError
 from weightkeeper.phase import Phase
-from weightkeeper.planning import workspace_usage
 from weightkeeper.prefectserver import prefect_api
 from weightkeeper.registry import Model, Registry
 from weightkeeper.registry.common import DELETING, READY
 from weightkeeper.registry.listing import DEFAULT_LIMIT, SORTS, ListQuery, Viewer
-from weightkeeper.service import declare_model, move_model, registry_for
+from weightkeeper.service import declare_model, move_model, registry_for, switch_revision
 
 console = Console()
 err_console = Console(stderr=True)
@@ -128,17 +127,16 @@ def _launch(args, settings: Settings, registry: Registry, flow: str, name: str) 
 
 def cmd_workspace_list(args, settings: Settings) -> int:
     registry = registry_for(settings)
-    usage = workspace_usage(
-        settings.workspaces,
-        [(p.workspace, p.path, p.size_bytes, p.artifact_id) for m in registry.list_models() for p in m.local_paths],
-        [(a.cluster, a.volume, a.size_bytes) for a in registry.list_artifacts()])
+    usage = registry.workspace_usage(settings.workspaces)
     rows = [{"name": w.name, "cluster": w.cluster, "volume": w.volume, "public": w.public, "owner": w.owner,
-             "modelsDir": w.models_dir, **usage[w.name]} for w in settings.workspaces]
+             "modelsDir": w.models_dir, "capacityBytes": w.capacity_bytes, **usage[w.name]}
+            for w in settings.workspaces]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     table = Table()
-    for column in ("name", "cluster", "volume", "public", "owner", "modelsDir", "storedBytes", "withoutSharingBytes"):
+    for column in ("name", "cluster", "volume", "public", "owner", "modelsDir", "capacityBytes", "storedBytes",
+                   "withoutSharingBytes"):
         table.add_column(column)
     for r in rows:
         table.add_row(*("" if r[c] is None else str(r[c]) for c in r))
@@ -151,7 +149,8 @@ def cmd_model_create(args, settings: Settings) -> int:
     model = declare_model(settings, registry, name=args.name, source=args.source, owner_name=getpass.getuser(),
                           owner_uid=os.getuid(), workspaces=args.workspace, subpath=args.subpath,
                           token_block=args.token_block, download_policy=args.download_policy,
-                          keep_files=args.keep_files)
+                          keep_files=args.keep_files, include=args.include, exclude=args.exclude,
+                          track=args.track)
     console.print(f"model {model.name} declared: {model.source} -> "
                   + (", ".join(p.path for p in model.local_paths) or "no path"))
     return _launch(args, settings, registry, "ensure-model", model.name)
@@ -167,6 +166,13 @@ def cmd_model_ensure(args, settings: Settings) -> int:
 
 def cmd_model_update(args, settings: Settings) -> int:
     registry = registry_for(settings)
+    if args.revision is not None:
+        if args.subpath is not None or args.download_policy is not None:
+            raise InvalidInputError("--revision switches the model in place; move it (--subpath, --download-policy) "
+                                    "in another update")
+        model = switch_revision(registry, args.name, args.revision)
+        console.print(f"model {model.name} switches from {model.commit} to {args.revision}", markup=False)
+        return _launch(args, settings, registry, "ensure-model", model.name)
     model = move_model(settings, registry, args.name, subpath=args.subpath, download_policy=args.download_policy)
     console.print(f"model {model.name} now targets "
                   + ", ".join(p.path for p in model.local_paths if not p.retired)
@@ -219,11 +225,20 @@ def cmd_model_get(args, settings: Settings) -> int:
     if args.json:
         print(json.dumps(model.to_json(shared), indent=2))
         return 0
-    console.print(f"source: {model.source}  commit: {model.commit or '-'}  owner: {model.owner_name}")
+    console.print(f"source: {model.source}  commit: {model.commit or '-'}  owner: {model.owner_name}"
+                  + ("  (tracked)" if model.track else ""), markup=False)
+    if model.pending_commit:
+        progress = [f"{p.workspace} {p.bytes_done}/{p.bytes_total} bytes" for p in model.local_paths if p.bytes_total]
+        console.print(f"switching to: {model.pending_commit} ({', '.join(progress) or 'starting'})", markup=False)
+    if model.switched_at:
+        console.print(f"last switch: {model.switched_at.isoformat(timespec='seconds')}")
+    if model.include is not None or model.exclude is not None:
+        console.print(f"files: include {model.include or 'the default set'}, exclude {model.exclude or []}",
+                      markup=False)
     if model.staging_uri:
         console.print(f"S3: {model.staging_uri} ({'staged by weightkeeper' if model.staging_owned else 'source'})")
     if model.message:
-        console.print(f"message: {model.message}")
+        console.print(f"message: {model.message}", markup=False)  # it may quote a repository's file names
     console.print(paths_table(model))
     for copy in shared.values():
         console.print(f"shared copy {copy['path']} ({copy['state']}) used by {', '.join(copy['models'])}")
@@ -308,17 +323,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workspace", action="append", help="target workspace (repeat; default: all public)")
     p.add_argument("--subpath", help="directory below the volume root")
     p.add_argument("--token-block", help="Prefect Secret block holding the Hugging Face token")
-    p.add_argument("--download-policy", choices=["always-download", "reuse-if-exists"], default="always-download",
-                   help="reuse-if-exists: link to one shared copy per volume instead of a copy per model")
+    p.add_argument("--download-policy", choices=["always-download", "reuse-if-exists"],
+                   help="reuse-if-exists: link to one shared copy per volume instead of a copy per model "
+                        "(default: always-download; reuse-if-exists with --track)")
     p.add_argument("--keep-files", action="store_true", help="on deletion keep the files (or the link) in place")
+    p.add_argument("--include", action="append", metavar="PATTERN",
+                   help="fetch only files matching it (repeat; e.g. '*Q4_K_M.gguf'; default: weights and configs)")
+    p.add_argument("--exclude", action="append", metavar="PATTERN", help="never fetch files matching it (repeat)")
+    p.add_argument("--track", action="store_true",
+                   help="follow the branch or tag: download each new commit beside the current one, then switch")
     p.add_argument("--wait", action="store_true", help="run here and show progress until Ready or Failed")
     p.set_defaults(func=cmd_model_create)
     p = model.add_parser("ensure", help="run ensure-model again (idempotent: only what is missing is fetched)")
     p.add_argument("name")
     p.add_argument("--wait", action="store_true")
     p.set_defaults(func=cmd_model_ensure)
-    p = model.add_parser("update", help="move a model to a new subpath and/or download policy")
+    p = model.add_parser("update", help="move a model to a new subpath and/or download policy, or switch it to "
+                                        "another revision")
     p.add_argument("name")
+    p.add_argument("--revision", help="switch the model's paths to this branch, tag or commit once (download it "
+                                      "beside the current one, then switch)")
     p.add_argument("--subpath", help="new directory below the volume root (omit for the default layout)")
     p.add_argument("--download-policy", choices=["always-download", "reuse-if-exists"])
     p.add_argument("--wait", action="store_true")

@@ -160,6 +160,7 @@ class Workspace:
     models_dir: Annotated[StrictStr, _checked(_plain, "one plain segment")] = "models"
     work_pool: Name | None = None
     kubernetes: KubernetesTarget | None = None  # its jobs run in this cluster namespace (a Kubernetes pool)
+    capacity_bytes: Annotated[StrictInt, Field(ge=0)] | None = None  # models past it are refused (None: no limit)
 
     @property
     def rule(self) -> VolumeRule:
@@ -276,6 +277,8 @@ class Settings(BaseSettings):
     verify_interval_seconds: Number = 86400
     check_interval_seconds: Number = 300  # a copy's cheap (size) check in reconcile, at most this far apart
     hub_unreachable_seconds: Number = 1800
+    track_interval_seconds: Annotated[Number, Field(ge=0)] = 3600  # a tracked model's branch head, asked this often
+    track_grace_seconds: Annotated[Number, Field(ge=0)] = 600  # a switched-from revision's copy is kept this long
     verify_workers: StrictInt = 4
     free_space_margin_bytes: Annotated[StrictInt, Field(ge=0)] = 1 << 30  # a download leaves this much free
     max_file_bytes: Annotated[StrictInt, Field(ge=0)] = 2 << 40  # the largest file a source may list

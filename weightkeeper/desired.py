@@ -3,25 +3,38 @@
 from __future__ import annotations
 
 import posixpath
+from datetime import datetime
 
 from weightkeeper.config import DELETE_FLOW, ENSURE_FLOW
-from weightkeeper.registry.common import DELETING, DOWNLOADING, PENDING, STAGING
+from weightkeeper.registry.common import DELETING, DOWNLOADING, PENDING, READY, STAGING
 
 IN_PROGRESS = (PENDING, STAGING, DOWNLOADING)
 
 
-def needed_run(phase: str, live_run: str | None) -> str | None:
+def needed_run(phase: str, live_run: str | None, update: bool = False) -> str | None:
     """The flow that drives a model to its desired state, unless a live run (of flow `live_run`) already does.
 
     Deleting -> delete-model (it takes over from an ensure-model run); Pending, Staging and
-    Downloading -> ensure-model; Ready and Failed need none (Ready copies are checked by reconcile).
-    A run whose lease was abandoned is not live: its work is redone.
+    Downloading -> ensure-model; Ready -> ensure-model when an `update` is due (`update_due`), else none, as
+    Failed (Ready copies are checked by reconcile). A run whose lease was abandoned is not live: its work is
+    redone.
     """
     if phase == DELETING:
         return None if live_run == DELETE_FLOW else DELETE_FLOW
-    if phase in IN_PROGRESS:
+    if phase in IN_PROGRESS or phase == READY and update:
         return None if live_run else ENSURE_FLOW
     return None
+
+
+def update_due(phase: str, track: bool, next_revision: str | None, head_checked_at: datetime | None,
+               now: datetime, interval: float) -> bool:
+    """A Ready model's next commit is due to be asked for: a revision `model update` asked for and not asked
+    yet, or a tracked branch whose head was last asked `interval` seconds ago or never."""
+    if phase != READY:
+        return False
+    if next_revision and head_checked_at is None:
+        return True
+    return track and (head_checked_at is None or (now - head_checked_at).total_seconds() >= interval)
 
 
 def orphans(children: list[str], recorded: list[str]) -> list[str]:
@@ -33,3 +46,8 @@ def orphans(children: list[str], recorded: list[str]) -> list[str]:
             owned.add(path)
             path = posixpath.dirname(path)
     return sorted(c for c in children if c.rstrip("/") not in owned)
+
+
+def in_grace(released_at: datetime | None, now: datetime, grace: float) -> bool:
+    """A shared copy a model switched away from `grace` seconds ago or less is kept (readers may still open it)."""
+    return released_at is not None and (now - released_at).total_seconds() < grace

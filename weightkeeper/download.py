@@ -74,6 +74,11 @@ class Snapshot:
     repo_id: str
     commit: str
     files: tuple[RemoteFile, ...]  # only the files loading needs
+    copy: str = ""  # the name of its copies (`layout.copy_name`); the commit when the model has no patterns
+
+    def __post_init__(self) -> None:
+        if not self.copy:
+            object.__setattr__(self, "copy", self.commit)
 
     @property
     def total_bytes(self) -> int:

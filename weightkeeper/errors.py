@@ -42,6 +42,10 @@ class DownloadError(WeightkeeperError):
         self.permanent = permanent
 
 
+class UnavailableError(WeightkeeperError):
+    """A source could not be asked now (network, a Hub outage); the same request may succeed later."""
+
+
 class DownloadCancelled(WeightkeeperError):
     """The model is being deleted, or another run took over the path: stop at once."""
 

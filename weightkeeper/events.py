@@ -1,4 +1,5 @@
-"""Prefect events on a model's phase changes, for automations: `weightkeeper.model.ready|failed|released`."""
+"""Prefect events for automations: a model's phase changes (`weightkeeper.model.ready|failed|released`) and its
+switch to a new commit (`weightkeeper.model.updated`)."""
 
 from __future__ import annotations
 
@@ -16,3 +17,9 @@ def emit_phase(name: str, phase: str, message: str = "") -> None:
     if phase in PHASE_EVENTS:
         emit_event(event=f"weightkeeper.model.{PHASE_EVENTS[phase]}", resource=model_resource(name),
                    payload={"phase": phase, "message": message})
+
+
+def emit_updated(name: str, before: str | None, after: str) -> None:
+    """Emit the event of a model whose paths all switched from commit `before` to `after`."""
+    emit_event(event="weightkeeper.model.updated", resource=model_resource(name),
+               payload={"from": before, "to": after})

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from weightkeeper.errors import UnsafePathError
-from weightkeeper.layout import ARTIFACTS_DIR, COMMIT, SEGMENT
+from weightkeeper.layout import ARTIFACTS_DIR, COPY, SEGMENT
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ def _refuse(path: object, why: str) -> UnsafePathError:
 def check_removable(path: object, volumes: Iterable[VolumeRule], artifact: bool = False) -> VolumeRule:
     """Return the volume that contains `path`, or raise `UnsafePathError` saying why not.
 
-    Shared copies (`<models>/_artifacts/<dir>/<commit>`) are removable only with `artifact=True`
+    Shared copies (`<models>/_artifacts/<dir>/<commit>[.<selection>]`) are removable only with `artifact=True`
     (garbage collection), and then nothing else is.
     """
     if not isinstance(path, str) or not path:
@@ -56,7 +56,7 @@ def check_removable(path: object, volumes: Iterable[VolumeRule], artifact: bool 
         if below < 0 or below == len(segments) - 1:
             raise _refuse(path, f"not below a {volume.models_dir!r} directory of volume {volume.root}")
         exact = (len(segments) == 4 and segments[0] == volume.models_dir and segments[1] == ARTIFACTS_DIR
-                 and COMMIT.fullmatch(segments[3]))
+                 and COPY.fullmatch(segments[3]))
         if artifact and not exact:
             raise _refuse(path, f"not a shared copy <{volume.models_dir}>/{ARTIFACTS_DIR}/<repo>/<commit>")
         if ARTIFACTS_DIR in segments and not artifact:
@@ -68,7 +68,7 @@ def check_removable(path: object, volumes: Iterable[VolumeRule], artifact: bool 
 def check_staged_prefix(uri: object, bucket: str, prefix: str) -> tuple[str, str]:
     """(bucket, key prefix) of a staged snapshot that may be deleted, or `UnsafePathError`.
 
-    Only `s3://<bucket>/<prefix>/<dir>/<40-hex commit>/` under the configured staging bucket and
+    Only `s3://<bucket>/<prefix>/<dir>/<40-hex commit>[.<16-hex selection>]/` under the configured staging bucket and
     prefix qualifies: never the bucket, the staging prefix itself, a source prefix, or a look-alike.
     """
     if not isinstance(uri, str) or not uri.startswith("s3://"):
@@ -79,6 +79,6 @@ def check_staged_prefix(uri: object, bucket: str, prefix: str) -> tuple[str, str
     if not key.startswith(prefix + "/") or not key.endswith("/"):
         raise _refuse(uri, f"not a prefix ending in '/' below the staging prefix {prefix + '/'!r}")
     rest = key[len(prefix) + 1 : -1].split("/")
-    if len(rest) != 2 or not SEGMENT.fullmatch(rest[0]) or rest[0] in (".", "..") or not COMMIT.fullmatch(rest[1]):
+    if len(rest) != 2 or not SEGMENT.fullmatch(rest[0]) or rest[0] in (".", "..") or not COPY.fullmatch(rest[1]):
         raise _refuse(uri, "not <staging prefix>/<model dir>/<commit>/")
     return bucket, key

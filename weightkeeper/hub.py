@@ -58,7 +58,7 @@ from weightkeeper.download import (
 )
 from weightkeeper.errors import DownloadError
 from weightkeeper.hubbudget import UNMETERED, HubBudget, Throttled, budget_key
-from weightkeeper.layout import HfSource
+from weightkeeper.layout import HfSource, copy_name
 from weightkeeper.planning import select_files
 from weightkeeper.watchdog import Pace, current, read_body
 
@@ -191,8 +191,10 @@ def _bucket(url: str) -> str:
 
 
 def resolve_snapshot(source: HfSource, endpoint: str | None, token: str | None, limits: Limits = Limits(),
-                     budget: HubBudget = UNMETERED) -> Snapshot:
-    """One request: the commit of the revision (a 40-hex revision as is) and the files to fetch, checked."""
+                     budget: HubBudget = UNMETERED, include: list[str] | None = None,
+                     exclude: list[str] | None = None) -> Snapshot:
+    """One request: the commit of the revision (a 40-hex revision as is) and the files to fetch (`select_files`
+    with the model's patterns), checked."""
     api = HfApi(endpoint=endpoint, token=token or False)
     home = endpoint or constants.ENDPOINT
     info = budget.call(budget_key(home, token), "api", lambda: _hub_call(lambda: api.model_info(
@@ -209,10 +211,18 @@ def resolve_snapshot(source: HfSource, endpoint: str | None, token: str | None, 
                             permanent=True)
     siblings = {s.rfilename: s for s in listed}
     files = []
-    for name in select_files(siblings):
+    for name in _selected(siblings, include, exclude, where):
         s = siblings[safe_repo_path(name, source.repo_id)]
         files.append(RemoteFile(name, s.size, s.blob_id or "", s.lfs.sha256 if s.lfs else None))
-    return check_snapshot(Snapshot(source.repo_id, info.sha, tuple(files)), where, limits)
+    return check_snapshot(Snapshot(source.repo_id, info.sha, tuple(files), copy_name(info.sha, include, exclude)),
+                          where, limits)
+
+
+def _selected(names: Collection[str], include: list[str] | None, exclude: list[str] | None, where: str) -> list[str]:
+    try:
+        return select_files(names, include, exclude)
+    except DownloadError as e:
+        raise DownloadError(f"{where}: {e}", permanent=True) from None
 
 
 def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str | None,

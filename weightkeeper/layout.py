@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import posixpath
 import re
 from dataclasses import dataclass
@@ -10,6 +12,7 @@ from weightkeeper.errors import InvalidInputError
 
 SEGMENT = re.compile(r"[A-Za-z0-9._-]+")
 COMMIT = re.compile(r"[0-9a-f]{40}")
+COPY = re.compile(r"[0-9a-f]{40}(\.[0-9a-f]{16})?")  # a shared or staged copy: the commit [.the file selection]
 MODEL_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 DEFAULT_REVISION = "main"
@@ -168,13 +171,44 @@ def validate_policy(policy: str | None) -> str:
     return policy
 
 
+MAX_PATTERNS = 32
+
+
+def validate_patterns(patterns: object, flag: str) -> list[str] | None:
+    """File patterns (`fnmatch`, matched against repository paths) as given, or None for none given: each a
+    relative, printable pattern without `..` segments, at most MAX_PATTERNS of at most 255 characters."""
+    if patterns is None:
+        return None
+    if not isinstance(patterns, (list, tuple)) or len(patterns) > MAX_PATTERNS:
+        raise InvalidInputError(f"invalid {flag}: give a list of at most {MAX_PATTERNS} patterns")
+    out = []
+    for p in patterns:
+        if not isinstance(p, str) or not p or len(p) > 255 or not p.isprintable():
+            raise InvalidInputError(f"invalid {flag} pattern {str(p)[:80]!r}: use 1-255 printable characters, "
+                                    "e.g. '*Q4_K_M.gguf'")
+        if p.startswith("/") or ".." in p.split("/"):
+            raise InvalidInputError(f"invalid {flag} pattern {p[:80]!r}: patterns are relative to the repository "
+                                    "(no leading '/', no '..')")
+        out.append(p)
+    return list(dict.fromkeys(out))
+
+
+def copy_name(commit: str, include: list[str] | None, exclude: list[str] | None) -> str:
+    """The directory (and staged prefix) name of a snapshot's copy: its commit, followed for a model with its
+    own file patterns by a digest of them, so that copies of different selections of a commit never mix."""
+    if include is None and exclude is None:
+        return commit
+    chosen = json.dumps([sorted(include) if include is not None else None, sorted(exclude or [])])
+    return f"{commit}.{hashlib.sha256(chosen.encode()).hexdigest()[:16]}"
+
+
 def models_root(volume: str, models_dir: str = "models") -> str:
     return posixpath.join(volume, models_dir)
 
 
-def artifact_path(volume: str, repo_id: str, commit: str, models_dir: str = "models") -> str:
-    """Where the one shared copy of a snapshot lives on a volume."""
-    return posixpath.join(models_root(volume, models_dir), ARTIFACTS_DIR, repo_dir_name(repo_id), commit)
+def artifact_path(volume: str, repo_id: str, copy: str, models_dir: str = "models") -> str:
+    """Where the one shared copy of a snapshot (`copy`: its `copy_name`) lives on a volume."""
+    return posixpath.join(models_root(volume, models_dir), ARTIFACTS_DIR, repo_dir_name(repo_id), copy)
 
 
 def sharing_problem(path: str, volume: str, models_dir: str = "models") -> str | None:
@@ -187,10 +221,10 @@ def sharing_problem(path: str, volume: str, models_dir: str = "models") -> str |
     return None
 
 
-def staging_uri(bucket: str, prefix: str, repo_id: str, commit: str) -> str:
-    """Where a snapshot is staged: `s3://<bucket>/<prefix>/<owner>--<name>/<commit>/` (always ending in '/',
+def staging_uri(bucket: str, prefix: str, repo_id: str, copy: str) -> str:
+    """Where a snapshot is staged: `s3://<bucket>/<prefix>/<owner>--<name>/<copy name>/` (always ending in '/',
     so that deleting `.../a/` never touches `.../a-b/`)."""
-    return f"s3://{bucket}/{prefix}/{repo_dir_name(repo_id)}/{commit}/"
+    return f"s3://{bucket}/{prefix}/{repo_dir_name(repo_id)}/{copy}/"
 
 
 def link_target(path: str, artifact: str) -> str:

@@ -57,20 +57,75 @@ def plan_paths(
     return Plan(tuple(paths.values()), tuple(skipped))
 
 
-def select_files(repo_files: Iterable[str]) -> list[str]:
-    """The files loading needs; `*.bin`/`*.pth`/`*.pt` only when there are no safetensors."""
+WEIGHTS = ("*.safetensors", *FALLBACK_WEIGHTS, "*.gguf")
+LISTED = 20  # repository files a message names at most
+
+
+def _weights(files: Iterable[str]) -> list[str]:
+    return list(filter_repo_objects(list(files), allow_patterns=list(WEIGHTS)))
+
+
+def _what_it_has(files: list[str]) -> str:
+    shown = ", ".join(repr(f[:120]) for f in files[:LISTED])
+    return f"the repository has {len(files)} files: {shown}" + (", ..." if len(files) > LISTED else "")
+
+
+def select_files(repo_files: Iterable[str], include: Sequence[str] | None = None,
+                 exclude: Sequence[str] | None = None) -> list[str]:
+    """The files to fetch. Without `include`: what loading needs, `*.bin`/`*.pth`/`*.pt` only when there are no
+    safetensors, nothing under original/. With `include`: exactly the files it matches. Never a file `exclude`
+    matches. The selection must hold a weight file (`WEIGHTS`); if not, the error lists what the repository has."""
     files = sorted(repo_files)
-    chosen = list(filter_repo_objects(files, allow_patterns=list(ALLOW_PATTERNS), ignore_patterns=list(IGNORE_PATTERNS)))
+    ignore = list(exclude or [])
+    if include is not None:
+        chosen = list(filter_repo_objects(files, allow_patterns=list(include), ignore_patterns=ignore))
+        if not _weights(chosen):
+            raise DownloadError(f"the patterns (include {list(include)}, exclude {ignore}) match no weight file "
+                                f"({', '.join(WEIGHTS)}); {_what_it_has(files)}", permanent=True)
+        return chosen
+    ignore += IGNORE_PATTERNS
+    chosen = list(filter_repo_objects(files, allow_patterns=list(ALLOW_PATTERNS), ignore_patterns=ignore))
     weights = [f for f in chosen if f.endswith(".safetensors")]
     if not weights:
-        weights = list(filter_repo_objects(files, allow_patterns=list(FALLBACK_WEIGHTS), ignore_patterns=list(IGNORE_PATTERNS)))
+        weights = list(filter_repo_objects(files, allow_patterns=list(FALLBACK_WEIGHTS), ignore_patterns=ignore))
         chosen = sorted(set(chosen) | set(weights))
     if not weights:
+        hint = " (choose GGUF files with --include, e.g. '*Q4_K_M.gguf')" if any(
+            f.endswith(".gguf") for f in files) else ""
         raise DownloadError(
-            "the repository has no weights to load (no *.safetensors, *.bin, *.pth or *.pt outside original/)",
-            permanent=True,
-        )
+            "the repository has no weights to load (no *.safetensors, *.bin, *.pth or *.pt outside original/"
+            f"{', or excluded' if exclude else ''}){hint}; {_what_it_has(files)}", permanent=True)
     return chosen
+
+
+def digest_key(f: dict) -> tuple[str, str, int] | None:
+    """What identifies a recorded file's content: its sha256 (LFS), else its MD5 (S3), else its git blob sha1,
+    with its size; None when it has none."""
+    for kind, key in (("sha256", "sha256"), ("md5", "md5"), ("blob", "blobId")):
+        if isinstance(value := f.get(key), str) and value:
+            return kind, value, f.get("size")
+    return None
+
+
+def reuse_plan(missing: Iterable[dict], sources: Iterable[tuple[str, Iterable[dict]]],
+               skip: str | None = None) -> dict[str, tuple[str, str]]:
+    """For each missing file (a recorded entry: path, size, digests), a verified copy with the same digest and
+    size: {path: (source directory, path there)}, from the first source (directory, its files) that has one,
+    never from `skip` (the directory being filled)."""
+    found: dict[tuple[str, str, int], tuple[str, str]] = {}
+    for where, files in sources:
+        if where == skip:
+            continue
+        for f in files:
+            if (key := digest_key(f)) is not None:
+                found.setdefault(key, (where, f["path"]))
+    return {f["path"]: found[key] for f in missing if (key := digest_key(f)) is not None and key in found}
+
+
+def changed_bytes(old: Iterable[dict], new: Iterable[dict]) -> int:
+    """Bytes of the `new` files whose content (`digest_key`) is not among the `old` ones: what a switch adds."""
+    have = {digest_key(f) for f in old}
+    return sum(f["size"] for f in new if (key := digest_key(f)) is None or key not in have)
 
 
 def path_decision(holders: Iterable[tuple[str, bool]]) -> tuple[str, str | None]:
@@ -107,6 +162,15 @@ def workspace_usage(workspaces: Sequence[Workspace], paths: Iterable[tuple[str, 
                 usage[w.name]["storedBytes"] += size or 0
                 break
     return usage
+
+
+def capacity_problem(workspace: str, capacity: int, stored: int, adding: int) -> str | None:
+    """Why `adding` more bytes do not fit a workspace storing `stored` of its `capacity` bytes (None: they fit,
+    up to exactly the capacity)."""
+    if stored + adding <= capacity:
+        return None
+    return (f"workspace {workspace!r} stores {stored} of its capacity_bytes = {capacity} bytes, and this model "
+            f"needs {adding} bytes ({stored + adding - capacity} too many)")
 
 
 def bytes_to_fetch(files: Iterable[tuple[int, int]]) -> int:

@@ -42,7 +42,7 @@ from weightkeeper.download import (
     shown,
 )
 from weightkeeper.errors import CleanupError, DownloadError
-from weightkeeper.layout import S3Source, parse_s3_uri
+from weightkeeper.layout import S3Source, copy_name, parse_s3_uri
 from weightkeeper.planning import select_files
 from weightkeeper.watchdog import Pace, current, read_body
 
@@ -103,8 +103,9 @@ def _objects(client, bucket: str, prefix: str, what: str, limits: Limits | None 
     return found
 
 
-def list_source(client, source: S3Source, limits: Limits = Limits()) -> Snapshot:
-    """The files of an S3 source prefix that loading needs (the same patterns as for the Hub), checked.
+def list_source(client, source: S3Source, limits: Limits = Limits(), include: list[str] | None = None,
+                exclude: list[str] | None = None) -> Snapshot:
+    """The files of an S3 source prefix to fetch (`select_files`, as for the Hub), checked.
 
     Its "commit" is a digest of the listing (keys, sizes, ETags): it changes when the objects do.
     """
@@ -115,7 +116,11 @@ def list_source(client, source: S3Source, limits: Limits = Limits()) -> Snapshot
         raise DownloadError(f"no objects under {source.uri}; stage the model there first or fix the source",
                             permanent=True)
     files = []
-    for name in select_files(objects):
+    try:
+        selected = select_files(objects, include, exclude)
+    except DownloadError as e:
+        raise DownloadError(f"{source.uri}: {e}", permanent=True) from None
+    for name in selected:
         o = objects[safe_repo_path(name, source.uri)]
         if not (plain := PLAIN_ETAG.fullmatch(o.get("ETag", ""))):
             raise DownloadError(f"refusing {source.uri}: {name} has no MD5 to be verified by (its ETag "
@@ -124,7 +129,8 @@ def list_source(client, source: S3Source, limits: Limits = Limits()) -> Snapshot
                                 permanent=True)
         files.append(RemoteFile(name, o["Size"], "", md5=plain.group(1)))
     listing = "\n".join(f"{f.path}\0{f.size}\0{objects[f.path]['ETag']}" for f in files)
-    return check_snapshot(Snapshot(source.repo_id, hashlib.sha1(listing.encode()).hexdigest(), tuple(files)),
+    commit = hashlib.sha1(listing.encode()).hexdigest()
+    return check_snapshot(Snapshot(source.repo_id, commit, tuple(files), copy_name(commit, include, exclude)),
                           source.uri, limits)
 
 

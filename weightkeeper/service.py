@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from weightkeeper.config import Settings
-from weightkeeper.errors import InvalidInputError, UnsafePathError
+from weightkeeper.download import Snapshot
+from weightkeeper.errors import DownloadError, InvalidInputError, UnavailableError, UnsafePathError
 from weightkeeper.guard import check_removable
 from weightkeeper.layout import (
     MODEL_NAME,
+    REUSE_IF_EXISTS,
     HfSource,
     S3Source,
     parse_source,
+    sharing_problem,
     validate_model_name,
+    validate_patterns,
     validate_policy,
     validate_subpath,
 )
@@ -48,7 +52,8 @@ def registry_for(settings: Settings) -> Registry:
 def declare_model(settings: Settings, registry: Registry, *, name: str, source: str, owner_name: str,
                   owner_uid: int, workspaces: list[str] | None = None, subpath: str | None = None,
                   token_block: str | None = None, download_policy: str | None = None,
-                  keep_files: bool = False) -> Model:
+                  keep_files: bool = False, include: list[str] | None = None,
+                  exclude: list[str] | None = None, track: bool = False) -> Model:
     """Validate a declaration, plan its paths and record it Pending."""
     validate_model_name(name)
     parsed = parse_source(source)
@@ -59,7 +64,8 @@ def declare_model(settings: Settings, registry: Registry, *, name: str, source: 
         if token_block:
             raise InvalidInputError("--token-block is for Hugging Face sources; S3 sources use the [s3] credentials")
     subpath = validate_subpath(subpath)
-    download_policy = validate_policy(download_policy)
+    include, exclude = validate_patterns(include, "--include"), validate_patterns(exclude, "--exclude")
+    download_policy = _tracked_policy(parsed, download_policy) if track else validate_policy(download_policy)
     if token_block is not None and not token_block.strip():
         raise InvalidInputError("--token-block needs the name of a Prefect Secret block")
     _check_source_and_token(settings, parsed, token_block)
@@ -67,11 +73,62 @@ def declare_model(settings: Settings, registry: Registry, *, name: str, source: 
         where = settings.config_path or "$WEIGHTKEEPER_CONFIG"
         raise InvalidInputError(f"no workspaces are declared; add [[workspaces]] to {where}")
     plan = _guarded(settings, plan_paths(settings.workspaces, parsed.repo_id, owner_name, workspaces or None, subpath))
+    for p in plan.paths if track else ():
+        ws = settings.workspace(p.workspace)
+        if problem := sharing_problem(p.path, ws.volume, ws.models_dir):
+            raise InvalidInputError(f"a tracked model links its paths to shared copies: {problem}")
+    limited = {w.name for w in settings.workspaces if w.capacity_bytes is not None}
+    snapshot = _size(settings, registry, name, parsed, token_block, include, exclude) if limited & {
+        p.workspace for p in plan.paths} else None
     spec = ModelSpec(name=name, owner_name=owner_name, owner_uid=owner_uid, source=parsed.uri,
                      repo_id=parsed.repo_id, revision=parsed.revision, token_block=token_block,
                      targets=list(workspaces) if workspaces else None, subpath=subpath,
-                     download_policy=download_policy, keep_files=keep_files)
-    return registry.create_model(spec, plan)
+                     download_policy=download_policy, keep_files=keep_files, include=include, exclude=exclude,
+                     track=track,
+                     commit=snapshot and snapshot.commit, files=snapshot and [f.to_json() for f in snapshot.files],
+                     source_uri=parsed.uri if snapshot and isinstance(parsed, S3Source) else None)
+    return registry.create_model(spec, plan, settings.workspaces)
+
+
+def _tracked_policy(parsed: HfSource | S3Source, policy: str | None) -> str:
+    """A tracked model follows a branch or tag of a Hub repository, and its paths link to shared copies (a switch
+    renames one link over another)."""
+    if not isinstance(parsed, HfSource) or parsed.pinned_commit:
+        raise InvalidInputError("--track follows a branch or tag: give hf://owner/name@<branch or tag>, not "
+                                f"{parsed.uri}")
+    if validate_policy(policy or REUSE_IF_EXISTS) != REUSE_IF_EXISTS:
+        raise InvalidInputError("a tracked model's path is a link to its commit's shared copy, switched by a "
+                                "rename: use --download-policy reuse-if-exists (the default with --track)")
+    return REUSE_IF_EXISTS
+
+
+def switch_revision(registry: Registry, name: str, revision: str) -> Model:
+    """Ask a Ready model to switch its paths to another revision once (`ensure-model` does it)."""
+    model = registry.get_model(name)
+    parsed = parse_source(model.source)
+    if not isinstance(parsed, HfSource):
+        raise InvalidInputError(f"model {name!r} has an S3 source; only Hugging Face models switch revision")
+    wanted = parse_source(f"hf://{model.repo_id}@{revision}")
+    if model.download_policy != REUSE_IF_EXISTS:
+        raise InvalidInputError(f"model {name!r} keeps its own copy, which cannot switch in place; declare a model "
+                                f"for hf://{model.repo_id}@{revision} (its unchanged files are taken from this one)")
+    registry.request_revision(name, wanted.revision)
+    return registry.get_model(name)
+
+
+def _size(settings: Settings, registry: Registry, name: str, parsed: HfSource | S3Source, token_block: str | None,
+          include: list[str] | None, exclude: list[str] | None) -> Snapshot:
+    """The snapshot of a model bound for a workspace with a capacity, resolved at creation to know its size (and
+    pinned, so its run does not resolve it again)."""
+    from weightkeeper.sources import resolve  # the Hub and S3 clients, only for such models
+
+    try:
+        return resolve(settings, registry, parsed, token_block, include, exclude)
+    except DownloadError as e:
+        if e.permanent:
+            raise InvalidInputError(f"model {name!r} cannot be sized for its workspace's capacity: {e}") from None
+        raise UnavailableError(f"model {name!r} cannot be sized for its workspace's capacity now: {e}; "
+                               "try again") from None
 
 
 def move_model(settings: Settings, registry: Registry, name: str, *, subpath: str | None,

@@ -7,12 +7,12 @@ from collections.abc import Callable
 from weightkeeper.anchored import Dir
 from weightkeeper.config import Settings
 from weightkeeper.download import Limits, Snapshot
-from weightkeeper.hub import fetch_snapshot
-from weightkeeper.hubbudget import UNMETERED, HubBudget
+from weightkeeper.hub import fetch_snapshot, resolve_snapshot
+from weightkeeper.hubbudget import UNMETERED, HubBudget, hub_budget
 from weightkeeper.errors import DownloadError
 from weightkeeper.layout import HfSource, S3Source, parse_source
 from weightkeeper.credentials import load_s3_credentials, load_token
-from weightkeeper.s3 import fill_from_s3, make_client
+from weightkeeper.s3 import fill_from_s3, list_source, make_client
 from weightkeeper.watchdog import Pace
 
 
@@ -37,6 +37,17 @@ def s3_uri(settings: Settings, source: str, staging_uri: str | None) -> str | No
     if isinstance(parse_source(source), S3Source):
         return staging_uri or source
     return staging_uri if settings.staging else None
+
+
+def resolve(settings: Settings, registry, source: HfSource | S3Source, token_block: str | None,
+            include: list[str] | None, exclude: list[str] | None,
+            on_wait: Callable[[float | None], None] = lambda seconds: None) -> Snapshot:
+    """The commit and the files to fetch of a source: an S3 prefix listed, a Hub revision resolved (its request
+    taken from the Hub budget shared through `registry`, `on_wait` told while it waits)."""
+    if isinstance(source, S3Source):
+        return list_source(s3_client(settings), source, limits(settings), include, exclude)
+    return resolve_snapshot(source, settings.hf_endpoint, load_token(token_block), limits(settings),
+                            hub_budget(settings, registry, on_wait), include, exclude)
 
 
 def fetch_model_files(settings: Settings, source: str, staging_uri: str | None, token_block: str | None,

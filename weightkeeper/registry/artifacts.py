@@ -43,6 +43,7 @@ class Artifact:
     unreachable_since: datetime | None
     lease: Lease | None  # who writes or removes it now
     users: list[ArtifactUser]
+    released_at: datetime | None = None  # a model switched away from it: kept for track_grace_seconds after
 
     def to_json(self) -> dict:
         return {"path": self.path, "repo": self.repo_id, "commit": self.commit, "state": self.state,
@@ -72,7 +73,7 @@ class ArtifactOps:
         leases = self._leases(s, Kind.ARTIFACT, [row.id for row in rows])
         return [Artifact(row.id, row.repo_id, row.commit, row.cluster, row.volume, row.path, row.files, row.state,
                          row.message, row.size_bytes, _utc(row.verified_at), _utc(row.checked_at), _utc(row.unreachable_since),
-                         leases.get(row.id), users.get(row.id, [])) for row in rows]
+                         leases.get(row.id), users.get(row.id, []), _utc(row.released_at)) for row in rows]
 
     def artifact_for(self, repo_id: str, commit: str, cluster: str, volume: str, path: str,
                      files: list[dict]) -> Artifact:

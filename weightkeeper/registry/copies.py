@@ -51,6 +51,20 @@ class CopyOps:
             return [OwnCopy(i, m, name, ws, path, status, _utc(verified), _utc(checked))
                     for i, m, name, ws, path, status, verified, checked in rows]
 
+    def verified_copies(self, repo_id: str, cluster: str, volume: str) -> list[tuple[str, list]]:
+        """Ready copies of a repository on one volume, any commit, as (directory, recorded files): shared copies,
+        and own copies of live Ready models (the files a new commit may take instead of fetching them again)."""
+        inside = volume.rstrip("/") + "/"
+        with self._tx() as s:
+            shared = s.execute(select(ArtifactRow.path, ArtifactRow.files).where(
+                ArtifactRow.repo_id == repo_id, ArtifactRow.cluster == cluster, ArtifactRow.volume == volume,
+                ArtifactRow.state == READY).order_by(ArtifactRow.id))
+            own = s.execute(select(LocalPathRow.path, ModelRow.files).join(ModelRow).where(
+                ModelRow.repo_id == repo_id, ModelRow.deletion_time.is_(None), ModelRow.files.is_not(None),
+                LocalPathRow.cluster == cluster, LocalPathRow.status == READY, LocalPathRow.owned.is_(True),
+                LocalPathRow.retired.is_(False), LocalPathRow.artifact_id.is_(None)).order_by(LocalPathRow.id))
+            return [(path, files or []) for path, files in [*shared, *own] if path.startswith(inside)]
+
     def manifests(self, model_ids: Iterable[int]) -> dict[int, list]:
         """The recorded manifest of each of these models (those without one left out)."""
         out: dict[int, list] = {}

@@ -41,6 +41,8 @@ DOWNLOADED_BYTES = Metric("weightkeeper_downloaded_bytes", "Bytes fetched from t
                           "shared copies (counted as each fetch ends, a failed one too)", ("workspace", "source"))
 SHARED_COPY_BYTES = Metric("weightkeeper_shared_copy_served_bytes", "Bytes of model paths filled by linking a "
                            "shared copy that was already there instead of downloading", ("workspace",))
+REUSED_BYTES = Metric("weightkeeper_reused_bytes", "Bytes of files a download or repair took from a verified copy "
+                      "of another commit or model on the volume instead of fetching them", ("workspace", "how"))
 DOWNLOAD_SECONDS = Metric("weightkeeper_download_duration_seconds", "Time a completed fetch into a model path or "
                           "shared copy took (a download slot held)", ("source",),
                           (1, 5, 15, 60, 300, 900, 1800, 3600, 10800))
@@ -51,7 +53,7 @@ CLEANUP_FAILURES = Metric("weightkeeper_cleanup_failures", "Failed cleanup attem
 LEASE_TAKEOVERS = Metric("weightkeeper_lease_takeovers", "Leases taken from another run: abandoned (it lapsed or "
                          "its process is gone) or preempted (delete-model from a live ensure-model)",
                          ("kind", "reason"))
-RECORDED = (DOWNLOADED_BYTES, SHARED_COPY_BYTES, DOWNLOAD_SECONDS, CLEANUP_SECONDS, CLEANUP_FAILURES, LEASE_TAKEOVERS)
+RECORDED = (DOWNLOADED_BYTES, SHARED_COPY_BYTES, REUSED_BYTES, DOWNLOAD_SECONDS, CLEANUP_SECONDS, CLEANUP_FAILURES, LEASE_TAKEOVERS)
 
 
 def bucket_bound(value: float, buckets: Iterable[float]) -> str:

@@ -69,6 +69,14 @@ class ModelRow(Base):
     staging_uri: Mapped[str | None] = mapped_column(Text, index=True)  # s3://bucket/prefix/<dir>/<commit>/
     staging_owned: Mapped[bool] = mapped_column(Boolean, default=False)  # weightkeeper uploaded it: delete it too
     size_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")  # of its snapshot (0: unpinned)
+    include_patterns: Mapped[list | None] = mapped_column(JSON)  # only files these match (null: the default set)
+    exclude_patterns: Mapped[list | None] = mapped_column(JSON)  # never files these match
+    track: Mapped[bool] = mapped_column(Boolean, default=False)  # follow the branch's head
+    next_revision: Mapped[str | None] = mapped_column(String(255))  # `model update --revision`: switch to it once
+    pending_commit: Mapped[str | None] = mapped_column(String(40))  # the commit being downloaded to switch to
+    pending_files: Mapped[list | None] = mapped_column(JSON)
+    head_checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # last ask of the head
+    switched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # the last switch of commit
 
     paths: Mapped[list[LocalPathRow]] = relationship(
         back_populates="model", cascade="all, delete-orphan", order_by="LocalPathRow.id"
@@ -122,6 +130,7 @@ class ArtifactRow(Base):
     verified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     unreachable_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # a model switched away from it
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 

@@ -11,21 +11,22 @@ import functools
 import inspect
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 
-from sqlalchemy import ColumnElement, create_engine, delete, event, or_, select, text
+from sqlalchemy import ColumnElement, create_engine, delete, event, func, or_, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from weightkeeper.errors import ConflictError, InvalidInputError, NotFoundError
 from weightkeeper.layout import REUSE_IF_EXISTS
-from weightkeeper.planning import Plan, path_decision
+from weightkeeper.config import Workspace
+from weightkeeper.planning import Plan, capacity_problem, path_decision, workspace_usage
 from weightkeeper.registry.artifacts import ArtifactOps
 from weightkeeper.registry.budget import BudgetOps
 from weightkeeper.registry.copies import CopyOps
@@ -48,6 +49,7 @@ from weightkeeper.registry.common import (
     utcnow,
 )
 from weightkeeper.registry.schema import ArtifactRow, LeaseRow, LocalPathRow, ModelRow
+from weightkeeper.registry.updates import UpdateOps, update_due
 
 
 @dataclass
@@ -107,6 +109,14 @@ class Model:
     local_paths: list[LocalPath] = field(default_factory=list)
     id: int = 0
     size_bytes: int = 0  # of its snapshot, once pinned
+    include: list[str] | None = None  # its own file patterns (None: the default set)
+    exclude: list[str] | None = None
+    track: bool = False  # follows its branch or tag
+    next_revision: str | None = None  # asked for by `model update --revision`, until switched to
+    pending_commit: str | None = None  # being downloaded beside the current commit, to switch to
+    pending_files: list[dict] | None = None
+    head_checked_at: datetime | None = None
+    switched_at: datetime | None = None
 
     @property
     def is_deleted(self) -> bool:
@@ -118,6 +128,9 @@ class Model:
         return {
             "name": self.name, "owner": {"name": self.owner_name, "uid": self.owner_uid}, "source": self.source,
             "commit": self.commit, "tokenBlock": self.token_block, "targets": self.targets, "subpath": self.subpath,
+            "include": self.include, "exclude": self.exclude, "track": self.track,
+            "update": {"nextRevision": self.next_revision, "pendingCommit": self.pending_commit,
+                       "headCheckedAt": _iso(self.head_checked_at), "switchedAt": _iso(self.switched_at)},
             "downloadPolicy": self.download_policy, "keepFiles": self.keep_files, "stagingUri": self.staging_uri,
             "phase": self.phase, "message": self.message, "createdAt": _iso(self.created_at),
             "updatedAt": _iso(self.updated_at), "isDeleted": self.is_deleted, "deletionTime": _iso(self.deletion_time),
@@ -153,6 +166,19 @@ class ModelSpec:
     subpath: str | None = None
     download_policy: str = "always-download"
     keep_files: bool = False
+    include: list[str] | None = None
+    exclude: list[str] | None = None
+    track: bool = False
+    commit: str | None = None  # pinned at creation (when a workspace's capacity needed its size)
+    files: list[dict] | None = None
+    source_uri: str | None = None  # an s3:// source pinned at creation: where its files are
+
+
+def _patterns(model: ModelRow | ModelSpec) -> tuple[list | None, list | None]:
+    """A model's file patterns, (include, exclude): models share a path only with the same selection."""
+    if isinstance(model, ModelSpec):
+        return model.include, model.exclude
+    return model.include_patterns, model.exclude_patterns
 
 
 def _path_view(row: LocalPathRow, leases: dict[int, Lease]) -> LocalPath:
@@ -186,7 +212,9 @@ def _view(row: ModelRow, paths: dict[int, Lease] | None = None, staging: Lease |
         row.targets, row.subpath, row.files, row.phase, row.message, _utc(row.created_at), _utc(row.updated_at),
         _utc(row.deletion_time), row.cleanup_attempts, row.download_policy, row.keep_files, row.staging_uri,
         row.staging_owned, staging, [_path_view(p, paths) for p in row.paths],
-        id=row.id, size_bytes=row.size_bytes,
+        id=row.id, size_bytes=row.size_bytes, include=row.include_patterns, exclude=row.exclude_patterns,
+        track=bool(row.track), next_revision=row.next_revision, pending_commit=row.pending_commit,
+        pending_files=row.pending_files, head_checked_at=_utc(row.head_checked_at), switched_at=_utc(row.switched_at),
     )
 
 
@@ -258,7 +286,7 @@ def open_registry(url: str) -> Registry:
 _PATH_LOCK = 7_243_001  # advisory lock key for decisions that read other models' paths
 
 
-class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, CopyOps):
+class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, CopyOps, UpdateOps):
     def __init__(self, engine: Engine):
         self.engine = engine
 
@@ -293,16 +321,18 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
         count unless `share` is False (before `exclude` has a commit, the same repository is enough).
         """
         rows = session.execute(
-            select(ModelRow.name, ModelRow.phase, ModelRow.download_policy, ModelRow.repo_id, ModelRow.commit)
+            select(ModelRow.name, ModelRow.phase, ModelRow.download_policy, ModelRow.repo_id, ModelRow.commit,
+                   ModelRow.include_patterns, ModelRow.exclude_patterns)
             .join(LocalPathRow)
             .where(LocalPathRow.cluster == cluster, LocalPathRow.path == path, LocalPathRow.owned.is_(True),
                    ModelRow.id != getattr(exclude, "id", -1))
         )
         sharing = share and exclude is not None and exclude.download_policy == REUSE_IF_EXISTS
         commit = getattr(exclude, "commit", None)
-        return [(n, phase == DELETING) for n, phase, policy, repo, their_commit in rows
+        patterns = _patterns(exclude) if exclude is not None else None
+        return [(n, phase == DELETING) for n, phase, policy, repo, their_commit, include, excluded in rows
                 if not (sharing and phase != DELETING and policy == REUSE_IF_EXISTS and repo == exclude.repo_id
-                        and commit in (None, their_commit))]
+                        and commit in (None, their_commit) and patterns == (include, excluded))]
 
     @staticmethod
     def _nested(session: Session, cluster: str, path: str, exclude: ModelRow | ModelSpec | None) -> str | None:
@@ -326,11 +356,28 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
 
     # -- models ----------------------------------------------------------------------------
 
-    def create_model(self, spec: ModelSpec, plan: Plan) -> Model:
+    @staticmethod
+    def _usage(s: Session, workspaces: Sequence[Workspace]) -> dict[str, dict[str, int]]:
+        """`planning.workspace_usage` of the live models, a path not measured yet counted at its model's size."""
+        paths = s.execute(select(LocalPathRow.workspace, LocalPathRow.path,
+                                 func.coalesce(LocalPathRow.size_bytes, ModelRow.size_bytes), LocalPathRow.artifact_id)
+                          .join(ModelRow).where(ModelRow.deletion_time.is_(None),
+                                                LocalPathRow.workspace.in_([w.name for w in workspaces])))
+        copies = s.execute(select(ArtifactRow.cluster, ArtifactRow.volume, ArtifactRow.size_bytes))
+        return workspace_usage(workspaces, list(paths), list(copies))
+
+    def workspace_usage(self, workspaces: Sequence[Workspace]) -> dict[str, dict[str, int]]:
+        """Bytes each workspace stores (`storedBytes`) and would store without sharing."""
+        with self._tx() as s:
+            return self._usage(s, workspaces)
+
+    def create_model(self, spec: ModelSpec, plan: Plan, workspaces: Sequence[Workspace] = ()) -> Model:
         """Record a new Pending model with one Pending entry per planned path.
 
-        Refused with `ResourceProcessing` while a deleting model still holds a target path, and
-        with `AlreadyExists` when the name is taken or live models hold every target path.
+        Refused with `ResourceProcessing` while a deleting model still holds a target path, with
+        `AlreadyExists` when the name is taken or live models hold every target path, and with
+        `InsufficientCapacity` when its pinned size would take a workspace of `workspaces` past its
+        `capacity_bytes` (decided in the transaction that records it, so two creations never both fit).
         """
         now = utcnow()
         with self._tx(path_lock=True) as s:
@@ -352,10 +399,14 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
             if plan.paths and len(taken) == len(plan.paths):
                 p, holder = taken[0]
                 raise ConflictError(f"model {holder!r} already owns {p.path} in workspace {p.workspace!r}", "AlreadyExists")
+            self._check_capacity(s, spec, plan, workspaces)
             row = ModelRow(
                 name=spec.name, owner_name=spec.owner_name, owner_uid=spec.owner_uid, source=spec.source,
                 repo_id=spec.repo_id, revision=spec.revision, token_block=spec.token_block, targets=spec.targets,
-                subpath=spec.subpath, download_policy=spec.download_policy, keep_files=spec.keep_files, phase=PENDING, message="; ".join(plan.skipped), created_at=now, updated_at=now,
+                subpath=spec.subpath, download_policy=spec.download_policy, keep_files=spec.keep_files,
+                include_patterns=spec.include, exclude_patterns=spec.exclude, track=spec.track, commit=spec.commit,
+                files=spec.files,
+                size_bytes=sum(f["size"] for f in spec.files or ()), staging_uri=spec.source_uri, phase=PENDING, message="; ".join(plan.skipped), created_at=now, updated_at=now,
                 cleanup_attempts=0,
             )
             row.paths = [LocalPathRow(workspace=p.workspace, cluster=p.cluster, path=p.path, status=PENDING, message="",
@@ -366,6 +417,18 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
             except IntegrityError:
                 raise ConflictError(f"model {spec.name!r} already exists", "AlreadyExists") from None
             return _view(row)
+
+    def _check_capacity(self, s: Session, spec: ModelSpec, plan: Plan, workspaces: Sequence[Workspace]) -> None:
+        limited = {w.name: w.capacity_bytes for w in workspaces if w.capacity_bytes is not None}
+        wanted = {p.workspace for p in plan.paths} & limited.keys()
+        if not wanted:
+            return
+        usage = self._usage(s, workspaces)
+        adding = sum(f["size"] for f in spec.files or ())
+        for name in sorted(wanted):
+            if problem := capacity_problem(name, limited[name], usage[name]["storedBytes"], adding):
+                raise ConflictError(f"model {spec.name!r} refused: {problem}; free space there (delete models) or "
+                                    "raise its capacity_bytes", "InsufficientCapacity")
 
     def update_model(self, name: str, plan: Plan, subpath: str | None, download_policy: str) -> Model:
         """Move a live model: entries the new plan keeps stay, new ones are added Pending, the others are
@@ -416,15 +479,17 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
                 query = query.where(ModelRow.paths.any(LocalPathRow.workspace == workspace))
             return _views(s, list(s.scalars(query)))
 
-    def reconcile_state(self) -> tuple[list[Model], dict[str, RunLease]]:
-        """The models a pass may have to drive (those not Ready or Failed, and those a run lease names) with their
-        paths and leases, and the run leases by model name, in three queries whatever the count (plain rows: no ORM
-        object is built). A settled model costs nothing here: its copies are read by `own_copies`."""
+    def reconcile_state(self, track_interval: float = 3600) -> tuple[list[Model], dict[str, RunLease]]:
+        """The models a pass may have to drive (those not Ready or Failed, those a run lease names, and Ready ones
+        whose next commit is due: `updates.update_due`) with their paths and leases, and the run leases by model
+        name, in three queries whatever the count (plain rows: no ORM object is built). A settled model costs
+        nothing here: its copies are read by `own_copies`."""
         with self._tx() as s:
             leases: dict[str, dict[int, Lease]] = {kind: {} for kind in Kind}
             for lease in s.scalars(select(LeaseRow).where(LeaseRow.kind.in_([Kind.RUN, Kind.PATH, Kind.STAGING]))):
                 leases[lease.kind][lease.key] = as_lease(lease)
-            driven = or_(ModelRow.phase.not_in((READY, FAILED)), ModelRow.id.in_(list(leases[Kind.RUN]) or [-1]))
+            driven = or_(ModelRow.phase.not_in((READY, FAILED)), ModelRow.id.in_(list(leases[Kind.RUN]) or [-1]),
+                         update_due(utcnow(), track_interval))
             models = s.execute(select(ModelRow.__table__).where(driven).order_by(ModelRow.name)).all()
             rows = _with_paths(s, models, LocalPathRow.model_id.in_(select(ModelRow.id).where(driven)))
             runs = {m.name: RunLease(m.name, m.phase, leases[Kind.RUN][m.id]) for m in rows if m.id in leases[Kind.RUN]}

@@ -1,0 +1,134 @@
+"""A Ready model that changes commit: ask the head, switch each path's link to the new copy, record the switch."""
+
+from __future__ import annotations
+
+import stat
+
+from prefect import get_run_logger, task
+from prefect.states import Cancelled
+
+from weightkeeper.anchored import open_parent
+from weightkeeper.context import current
+from weightkeeper.download import RemoteFile, Snapshot
+from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError, UnsafePathError
+from weightkeeper.events import emit_updated
+from weightkeeper.fsops import LINK
+from weightkeeper.hubbudget import budget_message
+from weightkeeper.layout import HfSource, copy_name
+from weightkeeper.lease import renewed
+from weightkeeper.planning import capacity_problem, changed_bytes
+from weightkeeper.registry import Model
+from weightkeeper.registry.common import READY
+from weightkeeper.registry.leases import Kind
+from weightkeeper.sources import resolve
+from weightkeeper.tasks.download import Reporter, _entry, link_shared_copy, path_holder
+from weightkeeper.tasks.snapshot import retry_transient
+
+
+def pending(model: Model) -> Snapshot | None:
+    """The commit a Ready model is switching to, with its files (None: none)."""
+    if model.pending_commit and model.pending_files is not None:
+        return Snapshot(model.repo_id, model.pending_commit,
+                        tuple(RemoteFile.from_json(f) for f in model.pending_files),
+                        copy_name(model.pending_commit, model.include, model.exclude))
+    return None
+
+
+def _held(settings, registry, model: Model, snapshot: Snapshot) -> str | None:
+    """Why the switch must wait: a workspace whose capacity the new commit's changed files would pass."""
+    adding = changed_bytes(model.files or [], [f.to_json() for f in snapshot.files])
+    usage = None
+    for ws in {p.workspace for p in model.local_paths if not p.retired}:
+        capacity = (w := settings.workspace(ws)) and w.capacity_bytes
+        if capacity is None:
+            continue
+        usage = usage or registry.workspace_usage(settings.workspaces)
+        if problem := capacity_problem(ws, capacity, usage[ws]["storedBytes"], adding):
+            return f"update to {snapshot.commit} held: {problem}; it stays on {model.commit}"
+    return None
+
+
+@task(name="check-head", retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=retry_transient)
+def check_head(name: str) -> bool:
+    """Ask which commit the model's revision (or the one `model update --revision` asked for) points at now, from
+    the Hub request budget; record it as pending when it moved and fits. True when a switch is pending."""
+    logger = get_run_logger()
+    settings, registry = current()
+    model = registry.get_model(name)
+    revision = model.next_revision or model.revision
+    try:
+        snapshot = resolve(settings, registry, HfSource(model.repo_id, revision), model.token_block, model.include,
+                           model.exclude, lambda seconds: seconds is not None and registry.set_message(
+                               name, budget_message(seconds)))
+    except DownloadError as e:
+        if e.permanent:
+            registry.head_checked(name, None, [], held=f"cannot check {revision}: {e}; it stays on {model.commit}")
+            logger.error("%s: cannot check %s: %s; it stays on %s", name, revision, e, model.commit)
+            return False
+        raise
+    if snapshot.commit == model.commit:
+        registry.head_checked(name, snapshot.commit, [])
+        logger.info("%s: %s is still at %s", name, revision, snapshot.commit)
+        return False
+    held = _held(settings, registry, model, snapshot)
+    moved = registry.head_checked(name, snapshot.commit, [f.to_json() for f in snapshot.files], held)
+    logger.info("%s: %s moved from %s to %s%s", name, revision, model.commit, snapshot.commit,
+                f"; {held}" if held else "; downloading it beside the current one")
+    return moved
+
+
+@task(name="switch-path", retries=2, retry_delay_seconds=[10, 30], retry_condition_fn=retry_transient)
+def switch_path(name: str, path_id: int, snapshot: Snapshot):
+    """Download the pending commit's shared copy beside the path's current one, verify it, then point the path's
+    link at it (a rename: readers see one commit or the other). A failure leaves the path on its commit."""
+    logger = get_run_logger()
+    settings, registry = current()
+    try:
+        entry = _entry(registry, name, path_id)
+    except (NotFoundError, StopIteration):
+        return Cancelled(message=f"model {name!r} or its path #{path_id} is gone")
+    holder = path_holder(path_id)
+    claim = registry.claim_switch(name, path_id, holder, settings.lease_seconds)
+    if claim != "claimed":
+        return Cancelled(message=f"{entry.path} not switched: {claim}")
+    model = registry.get_model(name)
+    failed: str | None = f"switch of {entry.path} to {snapshot.commit} interrupted"
+    try:
+        with renewed(registry, Kind.PATH, path_id, holder, settings.lease_seconds) as held:
+            parent, leaf = open_parent(entry.path, settings.volume_rules)
+            with parent:
+                st = parent.lstat(leaf)
+                if entry.made != LINK or st is None or not stat.S_ISLNK(st.st_mode):
+                    raise DownloadError(f"{entry.path} is the model's own copy, not a link to a shared one, so it "
+                                        "cannot switch in place; declare a new model for the new revision",
+                                        permanent=True)
+                reporter = Reporter(registry, name, entry, held, snapshot.total_bytes, status=READY)
+                link_shared_copy(settings, registry, model, entry, holder, parent, leaf, snapshot, reporter,
+                                 switch=True)
+        failed = None
+        logger.info("%s: %s switched from %s to %s", name, entry.path, model.commit, snapshot.commit)
+        return entry.path
+    except DownloadCancelled as e:
+        logger.warning("%s", e)
+        return Cancelled(message=str(e))
+    except DownloadError as e:
+        failed = f"update to {snapshot.commit} failed: {e}; {entry.path} stays on {model.commit}"
+        logger.error("%s: %s", name, failed)
+        raise
+    except (OSError, UnsafePathError) as e:
+        failed = f"update to {snapshot.commit} failed: {getattr(e, 'strerror', None) or e}; stays on {model.commit}"
+        raise DownloadError(failed, permanent=True) from None
+    finally:
+        registry.end_switch(name, path_id, holder, failed)
+
+
+@task(name="finish-switch")
+def finish_switch(name: str) -> str:
+    """Record the new commit once every path switched, and emit `weightkeeper.model.updated`."""
+    _, registry = current()
+    switched = registry.model_switched(name)
+    model = registry.get_model(name)
+    if switched:
+        emit_updated(name, *switched)
+        get_run_logger().info("%s: switched from %s to %s", name, *switched)
+    return model.commit or ""

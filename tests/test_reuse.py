@@ -1,0 +1,148 @@
+"""A new commit of a repository on a volume takes its unchanged files from the verified copies already there."""
+
+from __future__ import annotations
+
+import os
+import random
+
+from test_faults import tmpfs
+from test_lifecycle import fetched_files
+from test_metrics import Scraper, moved
+from weightkeeper.flows.ensure_model import ensure_model
+from weightkeeper.planning import reuse_plan
+
+SHARDS = [f"model-{i:05d}-of-00004.safetensors" for i in range(1, 5)]
+
+
+def commit_files(tag: str, changed: tuple[str, ...] = ()) -> dict[str, bytes]:
+    """Four shards, a config and a tokenizer; the files in `changed` get content of their own."""
+    files = {name: random.Random(name).randbytes(96 * 1024) for name in SHARDS}
+    files.update({"config.json": b'{"model_type": "tiny"}\n', "tokenizer.json": b'{"version": "1.0"}\n'})
+    for name in changed:
+        files[name] = random.Random(f"{tag}/{name}").randbytes(len(files[name])) if name in SHARDS else \
+            f'{{"revision": "{tag}"}}\n'.encode()
+    return files
+
+
+def two_commits(hub, repo: str) -> tuple[str, str]:
+    """Commit A, then B on main: B changes the second shard and config.json."""
+    a = hub.add_repo(repo, commit_files("A"))
+    b = hub.add_repo(repo, commit_files("B", (SHARDS[1], "config.json")))
+    return a, b
+
+
+def fetched(hub, repo: str) -> list[str]:
+    return sorted(r.filename for r in hub.requests if r.method == "GET" and r.repo_id == repo and r.filename
+                  and r.status in (200, 206))
+
+
+def test_the_plan_matches_by_digest_and_size_and_never_the_directory_being_filled():
+    a = {"path": "x.safetensors", "size": 3, "blobId": "b" * 40, "sha256": "1" * 64}
+    other = {"path": "renamed.safetensors", "size": 3, "blobId": "c" * 40, "sha256": "1" * 64}
+    plain = {"path": "config.json", "size": 5, "blobId": "d" * 40, "sha256": None}
+    assert reuse_plan([a, plain], [("/v/m/self", [a]), ("/v/m/old", [other, plain])], skip="/v/m/self") == {
+        "x.safetensors": ("/v/m/old", "renamed.safetensors"), "config.json": ("/v/m/old", "config.json")}
+    assert reuse_plan([a], [("/v/m/old", [{**other, "size": 4}])]) == {}  # same digest, other size: not it
+    assert reuse_plan([plain], [("/v/m/old", [{**plain, "blobId": "e" * 40}])]) == {}
+    assert reuse_plan([{"path": "s3.bin", "size": 3, "blobId": "", "md5": "f" * 32}],
+                      [("/v/m/s3", [{"path": "s3.bin", "size": 3, "blobId": "", "md5": "f" * 32}])]) == {
+        "s3.bin": ("/v/m/s3", "s3.bin")}
+
+
+def test_a_new_commit_of_a_model_on_the_volume_fetches_only_what_changed(wk, hub, download_limit):
+    a, b = two_commits(hub, "acme/evolve")
+    scraper = Scraper(wk)
+    wk.declare("v-a", f"hf://acme/evolve@{a}", workspaces=["team-a"])
+    assert ensure_model("v-a") == "Ready"
+    before, old = scraper.samples(), wk.registry.get_model("v-a").local_paths[0].path
+    hub.reset_stats()
+    wk.declare("v-b", "hf://acme/evolve@main", workspaces=["team-a"], subpath="models/next")
+    assert ensure_model("v-b") == "Ready"
+    new = wk.registry.get_model("v-b").local_paths[0].path
+    assert fetched(hub, "acme/evolve") == ["config.json", SHARDS[1]]  # exactly what B changed
+    for name in (SHARDS[0], SHARDS[2], SHARDS[3], "tokenizer.json"):
+        assert os.stat(f"{old}/{name}").st_ino == os.stat(f"{new}/{name}").st_ino  # one inode, two trees
+    expected = commit_files("B", (SHARDS[1], "config.json"))
+    assert {n: open(f"{new}/{n}", "rb").read() for n in fetched_files(new)} == expected
+    after = scraper.samples()
+    reused = 3 * 96 * 1024 + len(expected["tokenizer.json"])
+    assert moved(before, after, "weightkeeper_reused_bytes_total", workspace="team-a", how="hard link") == reused
+    assert moved(before, after, "weightkeeper_downloaded_bytes_total", workspace="team-a", source="hub") == (
+        96 * 1024 + len(expected["config.json"]))
+
+
+def test_shared_copies_of_two_commits_share_the_unchanged_files(wk, hub):
+    a, b = two_commits(hub, "acme/evolve-shared")
+    shared = dict(workspaces=["team-a"], download_policy="reuse-if-exists")
+    wk.declare("s-a", f"hf://acme/evolve-shared@{a}", **shared)
+    assert ensure_model("s-a") == "Ready"
+    hub.reset_stats()
+    wk.declare("s-b", "hf://acme/evolve-shared@main", subpath="models/next", **shared)
+    assert ensure_model("s-b") == "Ready"
+    assert fetched(hub, "acme/evolve-shared") == ["config.json", SHARDS[1]]
+    copies = wk.volumes["team-a"] / "models" / "_artifacts" / "acme--evolve-shared"
+    assert os.stat(copies / a / SHARDS[0]).st_ino == os.stat(copies / b / SHARDS[0]).st_ino
+    assert [a.state for a in wk.registry.list_artifacts()] == ["Ready", "Ready"]
+
+
+def test_a_copy_changed_since_it_was_verified_or_swapped_for_a_link_is_fetched_not_passed_on(wk, hub, tmp_path):
+    a, b = two_commits(hub, "acme/evolve-bad")
+    wk.declare("bad-a", f"hf://acme/evolve-bad@{a}", workspaces=["team-a"])
+    assert ensure_model("bad-a") == "Ready"
+    old = wk.registry.get_model("bad-a").local_paths[0].path
+    with open(f"{old}/{SHARDS[2]}", "r+b") as f:  # the attacker rewrites bytes of a verified file in place
+        f.write(b"\0" * 64)
+    outside = tmp_path / "secret"
+    outside.write_bytes(commit_files("A")[SHARDS[3]])  # the right bytes, outside every volume
+    os.unlink(f"{old}/{SHARDS[3]}")
+    os.symlink(outside, f"{old}/{SHARDS[3]}")
+    hub.reset_stats()
+    wk.declare("bad-b", "hf://acme/evolve-bad@main", workspaces=["team-a"], subpath="models/next")
+    assert ensure_model("bad-b") == "Ready"
+    new = wk.registry.get_model("bad-b").local_paths[0].path
+    assert fetched(hub, "acme/evolve-bad") == sorted(["config.json", SHARDS[1], SHARDS[2], SHARDS[3]])
+    assert open(f"{new}/{SHARDS[2]}", "rb").read() == commit_files("B")[SHARDS[2]]
+    assert not os.path.islink(f"{new}/{SHARDS[3]}") and os.stat(f"{new}/{SHARDS[3]}").st_ino != outside.stat().st_ino
+    assert os.stat(f"{new}/{SHARDS[0]}").st_ino == os.stat(f"{old}/{SHARDS[0]}").st_ino  # the rest still linked
+    assert not [p for p in (wk.volumes["team-a"] / "models" / "next").rglob("*.reuse")]  # no scratch left
+
+
+def test_across_filesystems_a_file_is_copied_not_linked(wk, hub, download_limit):
+    a, b = two_commits(hub, "acme/evolve-far")
+    scraper = Scraper(wk)
+    wk.declare("far-a", f"hf://acme/evolve-far@{a}", workspaces=["team-a"])
+    assert ensure_model("far-a") == "Ready"
+    old = wk.registry.get_model("far-a").local_paths[0].path
+    with tmpfs(wk.volumes["team-a"] / "fast", 2 << 30):  # a limit, not memory taken: free beyond the margin
+        before = scraper.samples()
+        hub.reset_stats()
+        wk.declare("far-b", "hf://acme/evolve-far@main", workspaces=["team-a"], subpath="fast")
+        assert ensure_model("far-b") == "Ready"
+        new = wk.registry.get_model("far-b").local_paths[0].path
+        assert fetched(hub, "acme/evolve-far") == ["config.json", SHARDS[1]]
+        assert os.stat(new).st_dev != os.stat(old).st_dev
+        assert open(f"{new}/{SHARDS[0]}", "rb").read() == open(f"{old}/{SHARDS[0]}", "rb").read()
+        assert moved(before, scraper.samples(), "weightkeeper_reused_bytes_total", workspace="team-a",
+                     how="copy") > 3 * 96 * 1024
+        from weightkeeper.flows.delete_model import delete_model
+        assert delete_model("far-b") == "Released"
+
+
+def test_a_repair_takes_a_lost_file_from_another_copy_before_fetching(wk, hub, download_limit):
+    from weightkeeper.flows.reconcile import reconcile
+
+    a, b = two_commits(hub, "acme/evolve-repair")
+    wk.declare("r-a", f"hf://acme/evolve-repair@{a}", workspaces=["team-a"])
+    wk.declare("r-b", "hf://acme/evolve-repair@main", workspaces=["team-a"], subpath="models/next")
+    assert ensure_model("r-a") == "Ready" and ensure_model("r-b") == "Ready"
+    old, new = (wk.registry.get_model(n).local_paths[0].path for n in ("r-a", "r-b"))
+    os.unlink(f"{new}/{SHARDS[2]}")  # lost from r-b; r-a (commit A) still has the same bytes
+    scraper = Scraper(wk)
+    before = scraper.samples()
+    hub.reset_stats()
+    reconcile()
+    assert wk.registry.get_model("r-b").phase == "Ready"
+    assert fetched(hub, "acme/evolve-repair") == []
+    assert os.stat(f"{new}/{SHARDS[2]}").st_ino == os.stat(f"{old}/{SHARDS[2]}").st_ino
+    assert moved(before, scraper.samples(), "weightkeeper_reused_bytes_total", workspace="team-a",
+                 how="hard link") == 96 * 1024

@@ -1,0 +1,187 @@
+"""Models that follow a branch: `main` moves from commit A to B (one of four shards and config.json changed).
+
+The tracked model's path is a link to its commit's shared copy; a switch downloads B beside A (taking the three
+unchanged shards from A), verifies it, renames a new link over the old one, and A's copy goes after the grace
+period. Readers act as the users of the model: one holds a shard of A open, one lists and reads the directory in a
+loop through the switch.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from datetime import datetime, timezone
+
+import pytest
+
+from test_api import events
+from test_lifecycle import wait_until
+from test_reuse import SHARDS, commit_files, fetched
+from weightkeeper.desired import in_grace, needed_run, update_due
+from weightkeeper.errors import ConflictError, InvalidInputError
+from weightkeeper.flows.ensure_model import ensure_model
+from weightkeeper.flows.reconcile import reconcile
+
+B_CHANGES = (SHARDS[1], "config.json")
+NOW = datetime(2026, 12, 4, 12, 0, tzinfo=timezone.utc)
+
+
+def test_a_tracked_ready_model_is_due_once_per_interval_or_when_a_revision_is_asked_for():
+    hour_ago, minute_ago = NOW.replace(hour=11), NOW.replace(minute=0, second=0).replace(hour=11, minute=59)
+    assert update_due("Ready", True, None, None, NOW, 3600)
+    assert update_due("Ready", True, None, hour_ago, NOW, 3600)
+    assert not update_due("Ready", True, None, minute_ago, NOW, 3600)
+    assert not update_due("Ready", False, None, None, NOW, 3600)
+    assert update_due("Ready", False, "v2", None, NOW, 3600)  # asked for, not asked yet
+    assert not update_due("Ready", False, "v2", minute_ago, NOW, 3600)  # asked: the switch ran (or failed)
+    for phase in ("Pending", "Downloading", "Failed", "Deleting"):
+        assert not update_due(phase, True, "v2", None, NOW, 0)
+    assert needed_run("Ready", None, update=True) == "ensure-model"
+    assert needed_run("Ready", "ensure-model", update=True) is None and needed_run("Ready", None) is None
+    assert in_grace(minute_ago, NOW, 600) and not in_grace(hour_ago, NOW, 600) and not in_grace(None, NOW, 600)
+
+
+def test_only_a_branch_or_tag_of_a_hub_repository_with_shared_copies_is_tracked(wk, hub):
+    commit = hub.add_repo("acme/track-input", commit_files("A"))
+    with pytest.raises(InvalidInputError, match="branch or tag"):
+        wk.declare("pinned", f"hf://acme/track-input@{commit}", track=True)
+    with pytest.raises(InvalidInputError, match="reuse-if-exists"):
+        wk.declare("own", "hf://acme/track-input", track=True, download_policy="always-download")
+    with pytest.raises(InvalidInputError, match="outside the models root"):
+        wk.declare("outside", "hf://acme/track-input", track=True, subpath="elsewhere/x")
+    model = wk.declare("ok", "hf://acme/track-input@main", workspaces=["team-a"], track=True)
+    assert model.track and model.download_policy == "reuse-if-exists"
+
+
+class Lister(threading.Thread):
+    """A user of the model: opens its path (one commit's directory, whatever the link says next), lists it and reads
+    every file through that directory, over and over; records which commit each look saw."""
+
+    def __init__(self, path: str, commits: dict[str, dict[str, bytes]]):
+        super().__init__(daemon=True)
+        self.path, self.commits, self.seen, self.mixed = path, commits, [], []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                names = sorted(n for n in os.listdir(fd) if not n.startswith("."))
+                content = {}
+                for n in names:
+                    f = os.open(n, os.O_RDONLY, dir_fd=fd)
+                    with os.fdopen(f, "rb") as handle:
+                        content[n] = handle.read()
+            finally:
+                os.close(fd)
+            which = [c for c, files in self.commits.items() if files == content]
+            (self.seen if which else self.mixed).append(which[0] if which else sorted(content))
+
+
+def test_a_tracked_model_switches_to_the_new_commit_atomically_reusing_what_did_not_change(wk, hub, download_limit):
+    from test_metrics import Scraper, moved
+
+    wk.rewrite(hf_endpoint=hub.url, track_interval_seconds=0)
+    a_files, b_files = commit_files("A"), commit_files("B", B_CHANGES)
+    a = hub.add_repo("acme/track", a_files)
+    wk.declare("tracked", "hf://acme/track@main", workspaces=["team-a"], track=True)
+    assert ensure_model("tracked") == "Ready"
+    path = wk.registry.get_model("tracked").local_paths[0].path
+    copies = wk.volumes["team-a"] / "models" / "_artifacts" / "acme--track"
+    assert os.readlink(path) == f"_artifacts/acme--track/{a}"
+    held = open(f"{path}/{SHARDS[1]}", "rb")  # a reader of A's shard that B replaces
+    first = held.read(1000)
+
+    scraper = Scraper(wk)
+    before = scraper.samples()
+    lister = Lister(path, {"A": a_files, "B": b_files})
+    lister.start()
+    wait_until(lambda: lister.seen, 30, "the lister's first look")
+    b = hub.add_repo("acme/track", b_files)
+    hub.reset_stats()
+    reconcile()
+    wait_until(lambda: lister.seen[-1] == "B", 30, "the lister to see B")
+    lister.stop.set()
+    lister.join(30)
+
+    model = wk.registry.get_model("tracked")
+    assert model.phase == "Ready" and model.commit == b and model.pending_commit is None
+    assert model.switched_at is not None and model.message == f"switched from {a} to {b}"
+    assert model.to_json()["update"]["switchedAt"] and model.local_paths[0].status == "Ready"
+    assert os.readlink(path) == f"_artifacts/acme--track/{b}"
+    assert fetched(hub, "acme/track") == sorted(B_CHANGES)  # exactly the two files B changed
+    assert moved(before, scraper.samples(), "weightkeeper_reused_bytes_total", workspace="team-a",
+                 how="hard link") == 3 * 96 * 1024 + len(a_files["tokenizer.json"])
+    assert lister.mixed == [] and lister.seen[0] == "A" and set(lister.seen) == {"A", "B"}
+    assert wait_until(lambda: "weightkeeper.model.updated" in events("weightkeeper.model.tracked"), 30, "the event")
+
+    assert reconcile()[str(copies / a)] == "kept: switched from recently"  # the grace period (600 s)
+    assert (copies / a / SHARDS[1]).exists()
+    wk.rewrite(hf_endpoint=hub.url, track_interval_seconds=0, track_grace_seconds=0)
+    hub.reset_stats()
+    assert reconcile()[str(copies / a)] == "collected"
+    assert not (copies / a).exists() and (copies / b / SHARDS[0]).exists()
+    assert fetched(hub, "acme/track") == []  # the head is asked again, but nothing moved
+    assert held.read() == a_files[SHARDS[1]][1000:] and first == a_files[SHARDS[1]][:1000]  # read to the end
+    held.close()
+
+
+def test_a_failing_download_of_the_new_commit_leaves_the_model_ready_on_the_old_one(wk, hub):
+    wk.rewrite(hf_endpoint=hub.url, track_interval_seconds=0)
+    a = hub.add_repo("acme/track-fail", commit_files("A"))
+    wk.declare("stays", "hf://acme/track-fail", workspaces=["team-a"], track=True)
+    assert ensure_model("stays") == "Ready"
+    path = wk.registry.get_model("stays").local_paths[0].path
+    b = hub.add_repo("acme/track-fail", commit_files("B", B_CHANGES))
+    hub.fail_next(1, 403, repo_id="acme/track-fail", path_contains=SHARDS[1])  # a permanent refusal
+    reconcile()
+    model = wk.registry.get_model("stays")
+    assert model.phase == "Ready" and model.commit == a and os.readlink(path).endswith(a)
+    assert f"update to {b} failed" in model.message and f"stays on {a}" in model.message
+    assert model.local_paths[0].status == "Ready"
+    reconcile()  # the next check tries again, and switches
+    assert wk.registry.get_model("stays").commit == b and os.readlink(path).endswith(b)
+
+
+def test_model_update_switches_a_revision_once_on_demand(wk, hub):
+    from test_cli import cli
+
+    a = hub.add_repo("acme/track-once", commit_files("A"))
+    b = hub.add_repo("acme/track-once", commit_files("B", B_CHANGES), revision="v2")
+    wk.declare("once", "hf://acme/track-once@main", workspaces=["team-a"], download_policy="reuse-if-exists")
+    wk.declare("own", "hf://acme/track-once@main", workspaces=["team-b"])
+    assert ensure_model("once") == "Ready" and ensure_model("own") == "Ready"
+    out = cli(wk, "model", "update", "once", "--revision", "v2", "--wait")
+    assert "Ready" in out.stdout
+    model = wk.registry.get_model("once")
+    assert model.commit == b and model.source == "hf://acme/track-once@v2" and model.revision == "v2"
+    assert model.next_revision is None and not model.track
+    assert "last switch:" in cli(wk, "model", "get", "once").stdout
+    assert reconcile() and wk.registry.get_model("once").commit == b  # not tracked: nothing more
+    out = cli(wk, "model", "update", "own", "--revision", "v2", check=False)
+    assert out.returncode == 2 and "keeps its own copy" in out.stderr
+    out = cli(wk, "model", "update", "once", "--revision", "a..b", check=False)
+    assert out.returncode == 2 and "invalid revision" in out.stderr
+    with pytest.raises(ConflictError, match="is Pending"):
+        from weightkeeper.service import switch_revision
+        wk.declare("fresh", "hf://acme/track-once", workspaces=["team-a"], subpath="models/fresh",
+                   download_policy="reuse-if-exists")
+        switch_revision(wk.registry, "fresh", "v2")
+    assert a != b
+
+
+def test_an_update_past_the_workspace_capacity_is_held_with_a_message(wk, hub):
+    a_files = commit_files("A")
+    a = hub.add_repo("acme/track-full", a_files)
+    size = sum(len(v) for v in a_files.values())
+    wk.rewrite(hf_endpoint=hub.url, track_interval_seconds=0, workspaces=[
+        {"name": "team-a", "volume": str(wk.volumes["team-a"]), "capacity_bytes": size + 96 * 1024}])
+    wk.declare("full", "hf://acme/track-full", workspaces=["team-a"], track=True)
+    assert ensure_model("full") == "Ready"
+    b = hub.add_repo("acme/track-full", commit_files("B", B_CHANGES))  # B adds a shard and a config: one too many
+    hub.reset_stats()
+    reconcile()
+    model = wk.registry.get_model("full")
+    assert model.commit == a and model.pending_commit is None and model.phase == "Ready"
+    assert model.message.startswith(f"update to {b} held: workspace 'team-a' stores {size} of its capacity_bytes")
+    assert "it stays on" in model.message and fetched(hub, "acme/track-full") == []

@@ -1,0 +1,130 @@
+"""Registry writes of a model that changes commit: the head asked, the pending commit, each path's switch, the model's.
+
+A Ready model with a pending commit stays Ready on its current one: each path downloads the pending commit's
+shared copy beside the current one and switches its link (`path_switched`); once every live path has switched,
+`model_switched` records the new commit. A failed download leaves the path and the model as they were, with a
+message. The copy switched away from is marked `released_at`, and garbage collection keeps it for
+`track_grace_seconds`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, or_, select
+
+from weightkeeper.errors import ConflictError
+from weightkeeper.registry.common import DELETING, READY, scrub_message, utcnow
+from weightkeeper.registry.leases import Kind
+from weightkeeper.registry.schema import ArtifactRow, ModelRow
+
+
+def update_due(now: datetime, interval: float):
+    """The SQL condition of a Ready model whose next commit is due to be asked for: a revision `model update` asked
+    for and not asked yet, or a tracked branch whose head was last asked `interval` seconds ago or never (as
+    `desired.update_due` decides for one model)."""
+    asked = or_(ModelRow.head_checked_at.is_(None), ModelRow.head_checked_at <= now - timedelta(seconds=interval))
+    requested = and_(ModelRow.next_revision.is_not(None), ModelRow.head_checked_at.is_(None))
+    return and_(ModelRow.phase == READY, or_(requested, and_(ModelRow.track.is_(True), asked)))
+
+
+class UpdateOps:
+    """Mixed into `Registry`; uses its `_tx`, `_model`, `_path` and lease helpers."""
+
+    def request_revision(self, name: str, revision: str) -> None:
+        """Ask a Ready model to switch to `revision` once."""
+        with self._tx() as s:
+            row = self._model(s, name)
+            if row.phase == DELETING:
+                raise ConflictError(f"model {name!r} is being deleted; it cannot be changed", "ResourceProcessing")
+            if row.phase != READY:
+                raise ConflictError(f"model {name!r} is {row.phase}; a revision can be switched once it is Ready",
+                                    "NotReady")
+            row.next_revision, row.head_checked_at, row.updated_at = revision, None, utcnow()
+
+    def head_checked(self, name: str, commit: str | None, files: list[dict], held: str | None = None) -> bool:
+        """Record the commit the revision points at now (None: it could not be asked, and a revision asked for
+        is dropped); True when the model has to switch to it (it is pending). `held`: why it may not (recorded
+        as the model's message instead)."""
+        with self._tx() as s:
+            row = self._model(s, name)
+            row.head_checked_at = row.updated_at = utcnow()
+            if row.phase != READY:
+                return False
+            if commit is None or held or commit == row.commit:
+                row.pending_commit = row.pending_files = None
+                if held:
+                    row.message = scrub_message(held)
+                if row.next_revision and commit == row.commit:
+                    row.revision, row.source = row.next_revision, _at(row.source, row.next_revision)
+                if commit is None or commit == row.commit:
+                    row.next_revision = None
+                return False
+            row.pending_commit, row.pending_files = commit, files
+            row.message = scrub_message(f"downloading {commit} beside {row.commit} to switch to it")
+            return True
+
+    def claim_switch(self, name: str, path_id: int, holder, lease_seconds: float) -> str:
+        """Take a Ready path to switch it to the model's pending commit: `claimed`, `deleting`, `busy` or
+        `settled` (nothing pending, or the path is not a Ready link to a shared copy). Its status stays Ready."""
+        with self._tx(path_lock=True) as s:
+            row = self._model(s, name)
+            p = self._path(row, path_id)
+            if row.phase == DELETING:
+                return "deleting"
+            if row.phase != READY or not row.pending_commit or p.status != READY or p.retired:
+                return "settled"
+            if self._take(s, Kind.PATH, p.id, holder, lease_seconds, "switch"):
+                return "busy"
+            return "claimed"
+
+    def path_switched(self, name: str, path_id: int, holder, artifact_id: int, size_bytes: int) -> None:
+        """The path's link now points at the copy `artifact_id`; the copy it pointed at is released (kept for the
+        grace period). The path's lease stays with the run until `end_switch`."""
+        now = utcnow()
+        with self._tx(path_lock=True) as s:
+            row = self._model(s, name)
+            p = self._path(row, path_id)
+            old, p.artifact_id, p.size_bytes, p.bytes_done = p.artifact_id, artifact_id, size_bytes, size_bytes
+            p.message, p.verified_at, p.checked_at, p.updated_at = "switched", now, now, now
+            if old is not None and old != artifact_id and (copy := s.get(ArtifactRow, old)) is not None:
+                copy.released_at = now
+
+    def end_switch(self, name: str, path_id: int, holder, failed: str | None = None) -> None:
+        """Release the path after its switch; `failed`: why it did not switch (it stays Ready on its current
+        commit, and the model says so)."""
+        with self._tx() as s:
+            row = self._model(s, name)
+            p = self._path(row, path_id)
+            if failed and p.status == READY:
+                p.message, p.updated_at = scrub_message(failed), utcnow()
+            if failed and row.phase == READY:
+                row.message = scrub_message(failed)
+            self._drop(s, Kind.PATH, p.id, holder)
+
+    def model_switched(self, name: str) -> tuple[str, str] | None:
+        """Record the pending commit as the model's once every live path links to a copy of it: (from, to), or
+        None while a path has not switched."""
+        with self._tx() as s:
+            row = self._model(s, name)
+            if row.phase != READY or not row.pending_commit:
+                return None
+            live = [p for p in row.paths if not p.retired]
+            commits = dict(s.execute(select(ArtifactRow.id, ArtifactRow.commit).where(
+                ArtifactRow.id.in_([p.artifact_id for p in live if p.artifact_id] or [-1]))).all())
+            if not live or any(commits.get(p.artifact_id) != row.pending_commit for p in live):
+                return None
+            switched = (row.commit, row.pending_commit)
+            row.commit, row.files = row.pending_commit, row.pending_files
+            row.size_bytes = sum(f["size"] for f in row.pending_files or ())
+            row.pending_commit = row.pending_files = None
+            if row.next_revision:
+                row.revision, row.source, row.next_revision = row.next_revision, _at(row.source, row.next_revision), None
+            row.switched_at = row.updated_at = utcnow()
+            row.message = f"switched from {switched[0]} to {switched[1]}"
+            return switched
+
+
+def _at(source: str, revision: str) -> str:
+    """`hf://owner/name@old` at `revision`."""
+    return f"{source.rpartition('@')[0] or source}@{revision}"

@@ -1,0 +1,101 @@
+"""Files a download takes from verified copies already on the volume instead of fetching them again.
+
+A new commit of a repository usually changes a few files: every file whose digest and size match a file of a
+verified copy of the same repository on the same volume (`registry.verified_copies`, `planning.reuse_plan`) is
+put in place from it. A hard link shares the inode: no bytes are copied, and removing either tree leaves the
+other whole. Where the two trees cannot share inodes (another filesystem below the volume, a link count at its
+limit, hard links refused) the file is copied with `copy_file_range`, which shares extents on filesystems that
+can (reflink) and copies otherwise. Either way the file is hashed against the new manifest before it takes its
+name, so a copy changed since it was verified is never passed on: that file is fetched instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from weightkeeper.anchored import Dir, PathOpener
+from weightkeeper.download import HASH_CHUNK, PARTIAL_DIR, RemoteFile, expected_digest, file_hasher
+from weightkeeper.errors import UnsafePathError
+from weightkeeper.guard import VolumeRule
+from weightkeeper.layout import ARTIFACTS_DIR
+from weightkeeper.planning import reuse_plan
+
+logger = logging.getLogger("weightkeeper.reuse")
+
+
+@dataclass
+class Reused:
+    """What a download took from copies on the volume: files, and bytes by how ("hard link", "copy")."""
+
+    files: int = 0
+    by_how: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.by_how.values())
+
+    def add(self, how: str, size: int) -> None:
+        self.files += 1
+        self.by_how[how] = self.by_how.get(how, 0) + size
+
+    def __str__(self) -> str:
+        return f"{self.files} files ({self.bytes} bytes) reused by {' and '.join(sorted(self.by_how)) or 'nothing'}"
+
+
+def _digest(fd: int, remote: RemoteFile) -> str:
+    h = file_hasher(remote)
+    while chunk := os.read(fd, HASH_CHUNK):
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def _put(target: Dir, source: Dir, source_path: str, remote: RemoteFile) -> str | None:
+    """Put `source_path` of `source` at `remote.path` in `target` if it is `remote`'s content: how, or None."""
+    src_folder, _, src_name = source_path.rpartition("/")
+    folder, _, name = remote.path.rpartition("/")
+    tmp = f"{name}.{uuid.uuid4().hex[:8]}.reuse"
+    with source.descend(src_folder) as src, target.descend(f"{PARTIAL_DIR}/{folder}".rstrip("/"), create=True) as \
+            scratch, target.descend(folder, create=True) as dest:
+        how, fd = scratch.take(src, src_name, tmp)
+        try:
+            good = os.fstat(fd).st_size == remote.size and _digest(fd, remote) == expected_digest(remote)
+        finally:
+            os.close(fd)
+        if not good:
+            scratch.unlink(tmp)
+            logger.warning("%s/%s no longer matches its recorded digest: %s is fetched instead", source, source_path,
+                           remote.path)
+            return None
+        scratch.rename(tmp, dest, name)
+        return how
+
+
+def reuse_files(target: Dir, missing: Iterable[RemoteFile], copies: Iterable[tuple[str, list]],
+                volumes: Iterable[VolumeRule]) -> Reused:
+    """Put in `target` each missing file that a verified copy (`copies`: directory, recorded files) holds."""
+    missing = {f.path: f for f in missing}
+    plan = reuse_plan([f.to_json() for f in missing.values()], copies, skip=target.where)
+    reused = Reused()
+    with PathOpener(volumes) as opener:
+        for where in sorted({w for w, _ in plan.values()}):
+            try:
+                source = opener.open(where, artifact=f"/{ARTIFACTS_DIR}/" in where)  # a model path never has it
+            except (OSError, UnsafePathError) as e:
+                logger.warning("cannot reuse files of %s: %s", where, e)
+                continue
+            with source:
+                for path, (_, source_path) in sorted(plan.items()):
+                    if plan[path][0] != where:
+                        continue
+                    try:
+                        how = _put(target, source, source_path, missing[path])
+                    except (OSError, UnsafePathError) as e:
+                        logger.warning("cannot reuse %s of %s for %s: %s", source_path, where, path, e)
+                        continue
+                    if how:
+                        reused.add(how, missing[path].size)
+    return reused
