@@ -18,7 +18,7 @@ from prefect.states import Cancelled
 
 from weightkeeper.tasks.snapshot import retry_transient
 from weightkeeper.config import Settings
-from weightkeeper.download import Snapshot, in_place
+from weightkeeper.download import RemoteFile, Snapshot, in_place
 from weightkeeper.hubbudget import budget_message, hub_budget
 from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError, UnsafePathError
 from weightkeeper.anchored import Dir, open_parent, open_path
@@ -177,7 +177,8 @@ def reuse_into(settings: Settings, registry: Registry, snapshot: Snapshot, targe
     if not copies:
         return None
     wanted = set(missing)
-    reused = reuse_files(target, [f for f in snapshot.files if f.path in wanted], copies, settings.volume_rules)
+    reused = reuse_files(target, [f for f in snapshot.files if f.path in wanted], copies, settings.volume_rules,
+                         settings.verify_workers)
     if not reused.files:
         return None
     for how, size in reused.by_how.items():
@@ -277,19 +278,28 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
                               release=True)
 
 
+def _check_filled(copy: Dir, files: tuple[RemoteFile, ...], found: set[str], workers: int) -> list:
+    """Problems of a copy just filled: the files `found` in place before (written by another run) are hashed;
+    those this run fetched or took were hashed as they came, so their size is checked."""
+    return (verify_copy(copy, [f for f in files if f.path in found], deep=True, workers=workers)
+            + verify_copy(copy, [f for f in files if f.path not in found], deep=False))
+
+
 def _fill_shared_copy(settings: Settings, registry: Registry, model: Model, snapshot: Snapshot, copy: Dir,
                       artifact_id: int, holder: Holder, reporter: Reporter) -> None:
     """Download the shared copy, verify every file (fetching damaged ones again once), then mark it ready."""
     registry.set_artifact(artifact_id, holder, A_DOWNLOADING, f"downloading for model {model.name!r}")
+    found = {f.path for f in snapshot.files if in_place(copy, f)}
     fetch_into(settings, registry, model, snapshot, copy, reporter)
-    problems = verify_copy(copy, snapshot.files, deep=True, workers=settings.verify_workers)
+    problems = _check_filled(copy, snapshot.files, found, settings.verify_workers)
     if problems:  # files found in place (not fetched now) can be damaged: fetch those again
         get_run_logger().warning("%s: shared copy %s: %s; fetching again", model.name, copy,
                                  "; ".join(map(str, problems)))
         for problem in problems:
             discard(copy, problem.path)
+        found -= {problem.path for problem in problems}
         fetch_into(settings, registry, model, snapshot, copy, reporter)
-        problems = verify_copy(copy, snapshot.files, deep=True, workers=settings.verify_workers)
+        problems = _check_filled(copy, snapshot.files, found, settings.verify_workers)
     if problems:
         raise DownloadError(f"shared copy {copy} failed verification ({problems[0]})")
     mark_ready(copy, snapshot.commit)

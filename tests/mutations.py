@@ -149,8 +149,8 @@ MUTATIONS = {
         return f"{path} is outside the models root''',
                             "tests/test_layout.py tests/test_sharing.py::test_a_shared_model_outside_the_models_root_fails"),
     "verify-after-download": ("tasks/download.py",
-                              "    problems = verify_copy(copy, snapshot.files, deep=True, "
-                              "workers=settings.verify_workers)\n    if problems:  # files found",
+                              "    problems = _check_filled(copy, snapshot.files, found, settings.verify_workers)\n"
+                              "    if problems:  # files found",
                               "    problems = []\n    if problems:  # files found",
                               "tests/test_sharing.py::test_shared_copy_is_verified_before_it_is_used"),
     "s3-prefix-guard": ("weightkeeper/guard.py", "or not COPY.fullmatch(rest[1]):", ":", "tests/test_guard.py"),
@@ -586,6 +586,9 @@ MUTATIONS = {
     "tracked-never-due": (
         "weightkeeper/desired.py", "    return track and (head_checked_at is None or", "    return False and (head_checked_at is None or",
         "tests/test_tracking.py::test_a_tracked_ready_model_is_due_once_per_interval_or_when_a_revision_is_asked_for"),
+    "fill-trusts-found-files": (
+        "tasks/download.py", "    found = {f.path for f in snapshot.files if in_place(copy, f)}\n", "    found = set()\n",
+        "tests/test_sharing.py::test_shared_copy_is_verified_before_it_is_used"),
     "update-ignores-capacity": (
         "tasks/switch.py", "            return f\"update to {snapshot.commit} held: {problem}; it stays on {model.commit}\"",
         "            return None",

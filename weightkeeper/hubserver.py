@@ -672,25 +672,29 @@ class HubServer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Serve directories as Hub repos (one commit on ``main`` each) until Ctrl-C; prints the URL on stdout."""
+    """Serve directories as Hub repos (a commit each, on ``main`` or the revision given) until Ctrl-C; prints the
+    URL on stdout."""
     parser = argparse.ArgumentParser(prog="python -m weightkeeper.hubserver", description=main.__doc__)
     parser.add_argument("--root", type=Path, required=True, help="directory where served blobs are stored")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--repo", action="append", default=[], metavar="OWNER/NAME=SRC_DIR")
+    parser.add_argument("--repo", action="append", default=[], metavar="OWNER/NAME[@REVISION]=SRC_DIR",
+                        help="a commit of the directory, at REVISION (default main); repeat a repo for more commits")
     args = parser.parse_args(argv)
     server = HubServer(args.root, host=args.host, port=args.port)
     for spec in args.repo:
-        repo_id, sep, src = spec.partition("=")
+        repo, sep, src = spec.partition("=")
+        repo_id, _, revision = repo.partition("@")
         if not sep or not Path(src).is_dir():
-            parser.error(f"--repo expects OWNER/NAME=SRC_DIR with an existing directory, got {spec!r}")
+            parser.error(f"--repo expects OWNER/NAME[@REVISION]=SRC_DIR with an existing directory, got {spec!r}")
         src_dir = Path(src)
         files = {
             p.relative_to(src_dir).as_posix(): p
             for p in sorted(src_dir.rglob("*"))
             if p.is_file() and ".git" not in p.relative_to(src_dir).parts
         }
-        print(f"{repo_id}: {len(files)} files @ {server.add_repo(repo_id, files)}", file=sys.stderr)
+        commit = server.add_repo(repo_id, files, revision=revision or "main")
+        print(f"{repo_id}@{revision or 'main'}: {len(files)} files @ {commit}", file=sys.stderr)
     with server.start():
         print(server.url, flush=True)
         try:

@@ -15,6 +15,7 @@ import logging
 import os
 import uuid
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from weightkeeper.anchored import Dir, PathOpener
@@ -75,12 +76,13 @@ def _put(target: Dir, source: Dir, source_path: str, remote: RemoteFile) -> str 
 
 
 def reuse_files(target: Dir, missing: Iterable[RemoteFile], copies: Iterable[tuple[str, list]],
-                volumes: Iterable[VolumeRule]) -> Reused:
-    """Put in `target` each missing file that a verified copy (`copies`: directory, recorded files) holds."""
+                volumes: Iterable[VolumeRule], workers: int = 4) -> Reused:
+    """Put in `target` each missing file that a verified copy (`copies`: directory, recorded files) holds, `workers`
+    files at a time (each is hashed)."""
     missing = {f.path: f for f in missing}
     plan = reuse_plan([f.to_json() for f in missing.values()], copies, skip=target.where)
     reused = Reused()
-    with PathOpener(volumes) as opener:
+    with PathOpener(volumes) as opener, ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         for where in sorted({w for w, _ in plan.values()}):
             try:
                 source = opener.open(where, artifact=f"/{ARTIFACTS_DIR}/" in where)  # a model path never has it
@@ -88,14 +90,17 @@ def reuse_files(target: Dir, missing: Iterable[RemoteFile], copies: Iterable[tup
                 logger.warning("cannot reuse files of %s: %s", where, e)
                 continue
             with source:
-                for path, (_, source_path) in sorted(plan.items()):
-                    if plan[path][0] != where:
-                        continue
-                    try:
-                        how = _put(target, source, source_path, missing[path])
-                    except (OSError, UnsafePathError) as e:
-                        logger.warning("cannot reuse %s of %s for %s: %s", source_path, where, path, e)
-                        continue
+                wanted = sorted(path for path, (w, _) in plan.items() if w == where)
+                for path, how in zip(wanted, pool.map(lambda p: _try(target, source, plan[p][1], missing[p]),
+                                                      wanted)):
                     if how:
                         reused.add(how, missing[path].size)
     return reused
+
+
+def _try(target: Dir, source: Dir, source_path: str, remote: RemoteFile) -> str | None:
+    try:
+        return _put(target, source, source_path, remote)
+    except (OSError, UnsafePathError) as e:
+        logger.warning("cannot reuse %s of %s for %s: %s", source_path, source, remote.path, e)
+        return None
