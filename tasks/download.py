@@ -34,7 +34,7 @@ from weightkeeper.reuse import Reused, reuse_files
 from weightkeeper.runtime import SLOT_WAIT, download_slot
 from weightkeeper.context import current
 from weightkeeper.sharing import discard, file_lock, is_ready, mark_ready
-from weightkeeper.sources import fetch_model_files, s3_uri
+from weightkeeper.sources import check_access, fetch_model_files, s3_uri
 from weightkeeper.space import check_free_space
 from weightkeeper.verify import verify_copy
 
@@ -168,12 +168,13 @@ class FetchMeter:
             self.registry.record(DOWNLOAD_SECONDS, time.monotonic() - self.started, source=self.source)
 
 
-def reuse_into(settings: Settings, registry: Registry, snapshot: Snapshot, target: Dir, missing: list[str],
-               workspace: str, cluster: str) -> Reused | None:
-    """Take the missing files that verified copies of the repository on the workspace's volume hold
-    (`weightkeeper.reuse`), counted apart from fetched bytes; None when there was none to take."""
+def reuse_into(settings: Settings, registry: Registry, model: Model, snapshot: Snapshot, target: Dir,
+               missing: list[str], workspace: str, cluster: str) -> Reused | None:
+    """Take the missing files that verified copies of the repository on the workspace's volume hold, fetched with
+    the model's token block (`weightkeeper.reuse`), counted apart from fetched bytes; None when none was taken."""
     ws = settings.workspace(workspace)
-    copies = registry.verified_copies(snapshot.repo_id, cluster, ws.volume) if ws and ws.volume else []
+    copies = registry.verified_copies(snapshot.repo_id, cluster, ws.volume, model.token_block) \
+        if ws and ws.volume else []
     if not copies:
         return None
     wanted = set(missing)
@@ -194,7 +195,8 @@ def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: S
     logger = get_run_logger()
     missing = _missing(snapshot, target)
     entry = reporter.entry
-    if missing and (reused := reuse_into(settings, registry, snapshot, target, missing, entry.workspace, entry.cluster)):
+    if missing and (reused := reuse_into(settings, registry, model, snapshot, target, missing, entry.workspace,
+                                         entry.cluster)):
         registry.set_path_message(model.name, entry.id, reporter.status, f"{reused} from copies on the volume")
         missing = _missing(snapshot, target)
     if not missing:
@@ -206,7 +208,7 @@ def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: S
     def on_wait(in_use: int, limit: int) -> None:
         reporter.beat(message=f"{SLOT_WAIT} ({in_use}/{limit} in use)", force=True)
 
-    uri = s3_uri(settings, model.source, model.staging_uri)
+    uri = s3_uri(settings, model.source, model.staging_uri, snapshot.copy)
     origin, source = (uri, "s3") if uri else (f"{snapshot.repo_id}@{snapshot.commit[:12]}", "hub")
     downloading = f"downloading {origin} into {target}"
     budget = hub_budget(settings, registry, lambda seconds: reporter.beat(
@@ -255,6 +257,8 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
                     message=f"Waiting for the lock on the shared copy {path}", force=True)):
                 with open_path(path, volumes, create=True, artifact=True) as copy:
                     ready = served = is_ready(copy, snapshot.commit)
+                    if served and not registry.fetched_with(artifact.id, model.token_block, model.name):
+                        check_access(settings, registry, model.source, model.token_block, snapshot)
                     if not ready:
                         _fill_shared_copy(settings, registry, model, snapshot, copy, artifact.id, copy_holder,
                                           reporter)

@@ -92,7 +92,7 @@ def _refetch(settings: Settings, registry: Registry, snapshot: Snapshot, root: D
     for problem in problems:
         discard(root, problem.path)
     missing = [f.path for f in snapshot.files if not in_place(root, f)]
-    if missing and reuse_into(settings, registry, snapshot, root, missing, workspace, cluster) and all(
+    if missing and reuse_into(settings, registry, model, snapshot, root, missing, workspace, cluster) and all(
             in_place(root, f) for f in snapshot.files):
         return
     with download_slot(settings, lambda in_use, limit: None):

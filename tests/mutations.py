@@ -566,7 +566,7 @@ MUTATIONS = {
         "        fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=src.fd)\n",
         "tests/test_reuse.py::test_a_copy_changed_since_it_was_verified_or_swapped_for_a_link_is_fetched_not_passed_on"),
     "repair-fetches-all": (
-        "tasks/verify.py", "    if missing and reuse_into(settings, registry, snapshot, root, missing, workspace, cluster) and all(",
+        "tasks/verify.py", "    if missing and reuse_into(settings, registry, model, snapshot, root, missing, workspace, cluster) and all(",
         "    if False and all(",
         "tests/test_reuse.py::test_a_repair_takes_a_lost_file_from_another_copy_before_fetching"),
     "switch-before-verified": (
@@ -589,6 +589,17 @@ MUTATIONS = {
     "fill-trusts-found-files": (
         "tasks/download.py", "    found = {f.path for f in snapshot.files if in_place(copy, f)}\n", "    found = set()\n",
         "tests/test_sharing.py::test_shared_copy_is_verified_before_it_is_used"),
+    "switch-fills-from-old-staging": (
+        "weightkeeper/sources.py", " and staging_uri.endswith(f\"/{copy}/\")", "",
+        "tests/test_tracking.py::test_a_staged_model_switches_from_the_hub_not_from_its_old_commits_staged_copy"),
+    "reuse-across-tokens": (
+        "weightkeeper/registry/copies.py", "        same_token = ModelRow.token_block.is_(None) if token_block is None else ModelRow.token_block == token_block\n",
+        "        same_token = ModelRow.id.is_not(None)\n",
+        "tests/test_reuse.py::test_a_gated_repositorys_files_never_reach_a_model_without_its_token"),
+    "shared-copy-without-access": (
+        "tasks/download.py", "                    if served and not registry.fetched_with(artifact.id, model.token_block, model.name):",
+        "                    if False:",
+        "tests/test_reuse.py::test_a_gated_repositorys_files_never_reach_a_model_without_its_token"),
     "update-ignores-capacity": (
         "tasks/switch.py", "            return f\"update to {snapshot.commit} held: {problem}; it stays on {model.commit}\"",
         "            return None",

@@ -146,3 +146,26 @@ def test_a_repair_takes_a_lost_file_from_another_copy_before_fetching(wk, hub, d
     assert os.stat(f"{new}/{SHARDS[2]}").st_ino == os.stat(f"{old}/{SHARDS[2]}").st_ino
     assert moved(before, scraper.samples(), "weightkeeper_reused_bytes_total", workspace="team-a",
                  how="hard link") == 96 * 1024
+
+
+def test_a_gated_repositorys_files_never_reach_a_model_without_its_token(wk, hub):
+    from prefect.blocks.system import Secret
+
+    token = "hf_GATEDreuse1234567890"
+    hub.add_repo("acme/gated-reuse", commit_files("A"), gated=True, token=token)
+    Secret(value=token).save("hf-token-gated-reuse", overwrite=True)
+    wk.declare("entitled", "hf://acme/gated-reuse", workspaces=["team-a"], token_block="hf-token-gated-reuse")
+    wk.declare("entitled-2", "hf://acme/gated-reuse", workspaces=["team-a"], subpath="models/second",
+               download_policy="reuse-if-exists", token_block="hf-token-gated-reuse")
+    assert ensure_model("entitled") == "Ready" and ensure_model("entitled-2") == "Ready"
+    for shared in (False, True):  # the gated files are on the volume, as an own copy and as a shared copy
+        name = f"freeloader-{int(shared)}"
+        wk.declare(name, "hf://acme/gated-reuse", workspaces=["team-a"], subpath=f"models/{name}",
+                   **({"download_policy": "reuse-if-exists"} if shared else {}))
+        assert ensure_model(name) == "Failed" and "gated" in wk.registry.get_model(name).message
+        path = wk.registry.get_model(name).local_paths[0].path
+        assert not os.path.lexists(path) or fetched_files(path) == []
+    hub.reset_stats()
+    wk.declare("entitled-3", "hf://acme/gated-reuse", workspaces=["team-a"], subpath="models/third",
+               token_block="hf-token-gated-reuse")
+    assert ensure_model("entitled-3") == "Ready" and fetched(hub, "acme/gated-reuse") == []  # same token: reused

@@ -158,6 +158,10 @@ def test_model_update_switches_a_revision_once_on_demand(wk, hub):
     assert model.next_revision is None and not model.track
     assert "last switch:" in cli(wk, "model", "get", "once").stdout
     assert reconcile() and wk.registry.get_model("once").commit == b  # not tracked: nothing more
+    c = hub.add_repo("acme/track-once", commit_files("C", (SHARDS[2],)), revision="v3")
+    hub.fail_next(1, 403, repo_id="acme/track-once", path_contains=SHARDS[2])
+    out = cli(wk, "model", "update", "once", "--revision", "v3", "--wait", check=False)
+    assert out.returncode == 1 and f"stays on {b}" in out.stderr and f"update to {c} failed" in out.stderr
     out = cli(wk, "model", "update", "own", "--revision", "v2", check=False)
     assert out.returncode == 2 and "keeps its own copy" in out.stderr
     out = cli(wk, "model", "update", "once", "--revision", "a..b", check=False)
@@ -185,3 +189,21 @@ def test_an_update_past_the_workspace_capacity_is_held_with_a_message(wk, hub):
     assert model.commit == a and model.pending_commit is None and model.phase == "Ready"
     assert model.message.startswith(f"update to {b} held: workspace 'team-a' stores {size} of its capacity_bytes")
     assert "it stays on" in model.message and fetched(hub, "acme/track-full") == []
+
+
+def test_a_staged_model_switches_from_the_hub_not_from_its_old_commits_staged_copy(wk, hub, s3):
+    wk.rewrite(hf_endpoint=hub.url, track_interval_seconds=0)
+    a = hub.add_repo("acme/track-staged", commit_files("A"))
+    wk.declare("staged", "hf://acme/track-staged", workspaces=["team-a"], track=True)
+    assert ensure_model("staged") == "Ready"
+    assert wk.registry.get_model("staged").staging_uri.endswith(f"/{a}/")
+    b = hub.add_repo("acme/track-staged", commit_files("B", B_CHANGES))
+    hub.reset_stats()
+    reconcile()
+    model = wk.registry.get_model("staged")
+    assert model.commit == b and fetched(hub, "acme/track-staged") == sorted(B_CHANGES)
+    path = model.local_paths[0].path
+    assert open(f"{path}/{SHARDS[1]}", "rb").read() == commit_files("B", B_CHANGES)[SHARDS[1]]
+    from weightkeeper.flows.delete_model import delete_model
+    assert delete_model("staged") == "Released"  # its staged copy of A goes with it
+    assert s3.keys(f"{s3.prefix}/acme--track-staged/") == []

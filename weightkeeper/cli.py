@@ -172,7 +172,12 @@ def cmd_model_update(args, settings: Settings) -> int:
                                     "in another update")
         model = switch_revision(registry, args.name, args.revision)
         console.print(f"model {model.name} switches from {model.commit} to {args.revision}", markup=False)
-        return _launch(args, settings, registry, "ensure-model", model.name)
+        code = _launch(args, settings, registry, "ensure-model", model.name)
+        after = registry.get_model(args.name)
+        if code == 0 and args.wait and after.next_revision:  # still asked for: the switch did not happen
+            err_console.print(f"model {args.name} stays on {after.commit}: {after.message}", markup=False)
+            return 1
+        return code
     model = move_model(settings, registry, args.name, subpath=args.subpath, download_policy=args.download_policy)
     console.print(f"model {model.name} now targets "
                   + ", ".join(p.path for p in model.local_paths if not p.retired)

@@ -225,6 +225,16 @@ def _selected(names: Collection[str], include: list[str] | None, exclude: list[s
         raise DownloadError(f"{where}: {e}", permanent=True) from None
 
 
+def check_access(source: HfSource, path: str, endpoint: str | None, token: str | None,
+                 budget: HubBudget = UNMETERED) -> None:
+    """One request (a HEAD of `path` at the source's revision, from the resolve budget) that proves `token` may read
+    the repository's files: a DownloadError as a download would raise otherwise (gated, private, gone)."""
+    url = hf_hub_url(source.repo_id, path, revision=source.revision, endpoint=endpoint)
+    budget.call(budget_key(endpoint or constants.ENDPOINT, token), "resolve", lambda: _hub_call(
+        lambda: get_hf_file_metadata(url, token=token or False, timeout=API_TIMEOUT_SECONDS, endpoint=endpoint,
+                                     library_name="weightkeeper"), source, endpoint), f"{path} of {source.repo_id}")
+
+
 def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str | None,
                  redirect_hosts: Collection[str] = (), budget: HubBudget = UNMETERED) -> Transfer:
     """Ranges of a commit's files: one HEAD per file (through `huggingface_hub`) finds where it is served;

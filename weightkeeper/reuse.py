@@ -71,7 +71,11 @@ def _put(target: Dir, source: Dir, source_path: str, remote: RemoteFile) -> str 
             logger.warning("%s/%s no longer matches its recorded digest: %s is fetched instead", source, source_path,
                            remote.path)
             return None
-        scratch.rename(tmp, dest, name)
+        try:
+            scratch.rename(tmp, dest, name)
+        except OSError:
+            scratch.unlink(tmp)
+            raise
         return how
 
 

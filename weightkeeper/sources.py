@@ -7,6 +7,7 @@ from collections.abc import Callable
 from weightkeeper.anchored import Dir
 from weightkeeper.config import Settings
 from weightkeeper.download import Limits, Snapshot
+from weightkeeper.hub import check_access as hub_check
 from weightkeeper.hub import fetch_snapshot, resolve_snapshot
 from weightkeeper.hubbudget import UNMETERED, HubBudget, hub_budget
 from weightkeeper.errors import DownloadError
@@ -32,11 +33,12 @@ def s3_client(settings: Settings):
     return make_client(settings.s3, load_s3_credentials(settings.s3.credentials_block))
 
 
-def s3_uri(settings: Settings, source: str, staging_uri: str | None) -> str | None:
-    """The S3 prefix to fill from: an s3:// source always; a staged copy only while staging is enabled."""
+def s3_uri(settings: Settings, source: str, staging_uri: str | None, copy: str) -> str | None:
+    """The S3 prefix to fill the copy named `copy` from: an s3:// source always; a staged copy only while staging is
+    enabled, and only the one of that copy (a model switching commit has the old commit's staged)."""
     if isinstance(parse_source(source), S3Source):
         return staging_uri or source
-    return staging_uri if settings.staging else None
+    return staging_uri if settings.staging and staging_uri and staging_uri.endswith(f"/{copy}/") else None
 
 
 def resolve(settings: Settings, registry, source: HfSource | S3Source, token_block: str | None,
@@ -50,12 +52,23 @@ def resolve(settings: Settings, registry, source: HfSource | S3Source, token_blo
                             hub_budget(settings, registry, on_wait), include, exclude)
 
 
+def check_access(settings: Settings, registry, source: str, token_block: str | None, snapshot: Snapshot) -> None:
+    """Before files another model fetched are given to this one: prove that its token may read them from the Hub
+    (one request, for its smallest file). An s3:// source needs none: the API lets each user name only their
+    own prefixes."""
+    if isinstance(parse_source(source), S3Source) or not snapshot.files:
+        return
+    smallest = min(snapshot.files, key=lambda f: f.size)
+    hub_check(HfSource(snapshot.repo_id, snapshot.commit), smallest.path, settings.hf_endpoint, load_token(token_block),
+              hub_budget(settings, registry))
+
+
 def fetch_model_files(settings: Settings, source: str, staging_uri: str | None, token_block: str | None,
                       snapshot: Snapshot, target: Dir, on_progress: Callable[[int], None], deadline: float,
                       budget: HubBudget = UNMETERED) -> int:
     """Fetch the snapshot's missing files into `target` from S3 when the model has it there, else the Hub
     (its requests taken from `budget`)."""
-    if uri := s3_uri(settings, source, staging_uri):
+    if uri := s3_uri(settings, source, staging_uri, snapshot.copy):
         return fill_from_s3(s3_client(settings), uri, snapshot, target, on_progress, deadline, pace(settings))
     return fetch_snapshot(HfSource(snapshot.repo_id, snapshot.commit), snapshot, target, settings.hf_endpoint,
                           load_token(token_block), on_progress, deadline, pace(settings), settings.hub_redirect_hosts,

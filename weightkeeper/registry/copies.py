@@ -51,16 +51,21 @@ class CopyOps:
             return [OwnCopy(i, m, name, ws, path, status, _utc(verified), _utc(checked))
                     for i, m, name, ws, path, status, verified, checked in rows]
 
-    def verified_copies(self, repo_id: str, cluster: str, volume: str) -> list[tuple[str, list]]:
+    def verified_copies(self, repo_id: str, cluster: str, volume: str,
+                        token_block: str | None) -> list[tuple[str, list]]:
         """Ready copies of a repository on one volume, any commit, as (directory, recorded files): shared copies,
-        and own copies of live Ready models (the files a new commit may take instead of fetching them again)."""
+        and own copies of live Ready models (the files a new commit may take instead of fetching them again).
+        Only copies of models fetched with the same token block: a gated or private repository's files never
+        reach a model that could not fetch them."""
         inside = volume.rstrip("/") + "/"
+        same_token = ModelRow.token_block.is_(None) if token_block is None else ModelRow.token_block == token_block
         with self._tx() as s:
+            used = select(LocalPathRow.artifact_id).join(ModelRow).where(same_token, ModelRow.deletion_time.is_(None))
             shared = s.execute(select(ArtifactRow.path, ArtifactRow.files).where(
                 ArtifactRow.repo_id == repo_id, ArtifactRow.cluster == cluster, ArtifactRow.volume == volume,
-                ArtifactRow.state == READY).order_by(ArtifactRow.id))
+                ArtifactRow.state == READY, ArtifactRow.id.in_(used)).order_by(ArtifactRow.id))
             own = s.execute(select(LocalPathRow.path, ModelRow.files).join(ModelRow).where(
-                ModelRow.repo_id == repo_id, ModelRow.deletion_time.is_(None), ModelRow.files.is_not(None),
+                same_token, ModelRow.repo_id == repo_id, ModelRow.deletion_time.is_(None), ModelRow.files.is_not(None),
                 LocalPathRow.cluster == cluster, LocalPathRow.status == READY, LocalPathRow.owned.is_(True),
                 LocalPathRow.retired.is_(False), LocalPathRow.artifact_id.is_(None)).order_by(LocalPathRow.id))
             return [(path, files or []) for path, files in [*shared, *own] if path.startswith(inside)]
