@@ -600,6 +600,10 @@ MUTATIONS = {
         "tasks/download.py", "                    if served and not registry.fetched_with(artifact.id, model.token_block, model.name):",
         "                    if False:",
         "tests/test_reuse.py::test_a_gated_repositorys_files_never_reach_a_model_without_its_token"),
+    "sizing-waits-for-budget": (
+        "weightkeeper/service.py", "        if seconds is not None:\n            raise UnavailableError(",
+        "        if False:\n            raise UnavailableError(",
+        "tests/test_capacity.py::test_sizing_at_creation_never_waits_for_a_spent_hub_budget"),
     "update-ignores-capacity": (
         "tasks/switch.py", "            return f\"update to {snapshot.commit} held: {problem}; it stays on {model.commit}\"",
         "            return None",

@@ -93,3 +93,14 @@ def test_the_api_answers_409_and_503_and_the_cli_one_line(wk, hub):
     assert wk.registry.find_model("unsized") is None
     r = api.create("missing", "hf://acme/no-such-repo", workspaces=["team-a"])
     assert r.status_code == 422 and "was not found" in r.json()["message"]
+
+
+def test_sizing_at_creation_never_waits_for_a_spent_hub_budget(wk, hub):
+    files = tiny_files("cap-budget")
+    hub.add_repo("acme/cap-budget", files)
+    wk.rewrite(hf_endpoint=hub.url, hub_api_requests_per_5min=1, hub_budget_window_seconds=30, workspaces=[
+        {"name": "team-a", "volume": str(wk.volumes["team-a"]), "capacity_bytes": 10 * expected_size(files)}])
+    wk.declare("first", "hf://acme/cap-budget", workspaces=["team-a"])  # the budget's one API call
+    with pytest.raises(UnavailableError, match=r"budget is spent for \d+ s; try again then"):
+        wk.declare("second", "hf://acme/cap-budget", workspaces=["team-a"], subpath="models/second")
+    assert wk.registry.find_model("second") is None

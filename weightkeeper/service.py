@@ -122,8 +122,13 @@ def _size(settings: Settings, registry: Registry, name: str, parsed: HfSource | 
     pinned, so its run does not resolve it again)."""
     from weightkeeper.sources import resolve  # the Hub and S3 clients, only for such models
 
+    def spent(seconds: float | None) -> None:  # a request waits for no budget: the caller tries again
+        if seconds is not None:
+            raise UnavailableError(f"model {name!r} cannot be sized for its workspace's capacity now: the Hub "
+                                   f"request budget is spent for {seconds:.0f} s; try again then")
+
     try:
-        return resolve(settings, registry, parsed, token_block, include, exclude)
+        return resolve(settings, registry, parsed, token_block, include, exclude, spent)
     except DownloadError as e:
         if e.permanent:
             raise InvalidInputError(f"model {name!r} cannot be sized for its workspace's capacity: {e}") from None
