@@ -234,15 +234,17 @@ def _record(registry: Registry, name: str, failure: JobFailure) -> None:
 def download_paths(name: str, paths: list[LocalPath], here: bool = False) -> bool:
     """Fill each path with a download-to-path run (here or in its workspace's pool). A run whose
     infrastructure crashed moves to another workspace of the same cluster with the same volume root
-    (`failover_workspace`), at most `MAX_FAILOVERS` times per path, counted in the registry. True when
-    every path completed."""
+    (`failover_workspace`), at most `MAX_FAILOVERS` times per path, counted in the registry (not a Ready path
+    switching commit). True when every path completed."""
     logger = get_run_logger()
     settings, registry = current()
     todo, final = paths, []
     while todo:
         moved = []
         for failure in run_path_jobs(DOWNLOAD_FLOW, name, todo, here):
-            target = failure.crashed and failover_workspace(settings.workspaces, failure.path.workspace)
+            # a Ready path (switching commit) stays where it is, on its commit, for the next check to retry
+            target = failure.crashed and failure.path.status != READY and failover_workspace(
+                settings.workspaces, failure.path.workspace)
             if target and registry.fail_over(name, failure.path.id, target.name, MAX_FAILOVERS):
                 logger.warning("%s: %s; moved to workspace %r", name, failure, target.name)
                 moved.append(next(p for p in registry.get_model(name).local_paths if p.id == failure.path.id))

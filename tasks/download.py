@@ -23,7 +23,7 @@ from weightkeeper.hubbudget import budget_message, hub_budget
 from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError, UnsafePathError
 from weightkeeper.anchored import Dir, open_parent, open_path
 from weightkeeper.fsops import LINK, check_writable, directory_size, own_directory, path_size
-from weightkeeper.layout import REUSE_IF_EXISTS, artifact_path, link_target, sharing_problem
+from weightkeeper.layout import REUSE_IF_EXISTS, HfSource, artifact_path, link_target, parse_source, sharing_problem
 from weightkeeper.lease import Held, renewed
 from weightkeeper.registry import Holder, LocalPath, Model, Registry
 from weightkeeper.registry.leases import Kind
@@ -170,11 +170,13 @@ class FetchMeter:
 
 def reuse_into(settings: Settings, registry: Registry, model: Model, snapshot: Snapshot, target: Dir,
                missing: list[str], workspace: str, cluster: str) -> Reused | None:
-    """Take the missing files that verified copies of the repository on the workspace's volume hold, fetched with
-    the model's token block (`weightkeeper.reuse`), counted apart from fetched bytes; None when none was taken."""
+    """Take the missing files that verified copies of the Hub repository on the workspace's volume hold, fetched
+    with the model's token block (`weightkeeper.reuse`), counted apart from fetched bytes; None when none was
+    taken."""
     ws = settings.workspace(workspace)
+    hub = isinstance(parse_source(model.source), HfSource)  # an S3 "repository" is only a prefix's last segment
     copies = registry.verified_copies(snapshot.repo_id, cluster, ws.volume, model.token_block) \
-        if ws and ws.volume else []
+        if hub and ws and ws.volume else []
     if not copies:
         return None
     wanted = set(missing)
@@ -257,8 +259,8 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
                     message=f"Waiting for the lock on the shared copy {path}", force=True)):
                 with open_path(path, volumes, create=True, artifact=True) as copy:
                     ready = served = is_ready(copy, snapshot.commit)
-                    if served and not registry.fetched_with(artifact.id, model.token_block, model.name):
-                        check_access(settings, registry, model.source, model.token_block, snapshot)
+                    if not registry.fetched_with(artifact.id, model.token_block, model.name):  # files in place
+                        check_access(settings, registry, model.source, model.token_block, snapshot)  # are given
                     if not ready:
                         _fill_shared_copy(settings, registry, model, snapshot, copy, artifact.id, copy_holder,
                                           reporter)

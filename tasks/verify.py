@@ -18,6 +18,7 @@ from weightkeeper.download import RemoteFile, Snapshot, in_place
 from weightkeeper.anchored import Dir, PathOpener, open_parent, open_path
 from weightkeeper.errors import DownloadCancelled, DownloadError, UnsafePathError
 from weightkeeper.fsops import directory_size, own_directory, path_size
+from weightkeeper.layout import copy_name
 from weightkeeper.lease import Held, renewed
 from weightkeeper.registry import Holder, Model, Registry
 from weightkeeper.registry.leases import Kind
@@ -147,7 +148,8 @@ def _repair_shared_copy(settings, registry: Registry, artifact, files, problems,
     try:
         with open_path(artifact.path, settings.volume_rules, create=True, artifact=True) as copy:
             unmark_ready(copy)
-            _refetch(settings, registry, Snapshot(artifact.repo_id, artifact.commit, files), copy, source, problems,
+            snapshot = Snapshot(artifact.repo_id, artifact.commit, files, artifact.path.rsplit("/", 1)[-1])
+            _refetch(settings, registry, snapshot, copy, source, problems,
                      beat, _workspace_of(settings, artifact), artifact.cluster)
             remaining = verify_copy(copy, files, deep=True, workers=settings.verify_workers)
             if not remaining:
@@ -226,7 +228,9 @@ def _repair_model_path(settings: Settings, registry: Registry, model, entry, fil
             with own:
                 if made != entry.made and not registry.set_path_made(name, path_id, holder, made):
                     raise DownloadCancelled(f"another run took over {entry.path}")
-                _refetch(settings, registry, Snapshot(model.repo_id, model.commit, files), own, model, problems,
+                snapshot = Snapshot(model.repo_id, model.commit, files, copy_name(model.commit, model.include,
+                                                                                  model.exclude))
+                _refetch(settings, registry, snapshot, own, model, problems,
                          beat, entry.workspace, entry.cluster)
     except DownloadCancelled as e:
         registry.path_failed(name, path_id, holder, str(e))

@@ -542,7 +542,7 @@ MUTATIONS = {
         r'''COPY = re.compile(r"[0-9a-f]{40}(\..*)?")''',
         "tests/test_patterns.py::test_the_guard_takes_a_selection_copy_and_nothing_like_it"),
     "shared-path-any-selection": (
-        "weightkeeper/registry/store.py", " and patterns == (include, excluded))]", ")]",
+        "weightkeeper/registry/store.py", " and patterns == _patterns(include, excluded))]", ")]",
         "tests/test_patterns.py::test_a_path_is_not_shared_between_selections"),
     "include-adds-to-default": (
         "weightkeeper/planning.py", "allow_patterns=list(include), ignore_patterns=ignore))",
@@ -597,13 +597,21 @@ MUTATIONS = {
         "        same_token = ModelRow.id.is_not(None)\n",
         "tests/test_reuse.py::test_a_gated_repositorys_files_never_reach_a_model_without_its_token"),
     "shared-copy-without-access": (
-        "tasks/download.py", "                    if served and not registry.fetched_with(artifact.id, model.token_block, model.name):",
+        "tasks/download.py", "                    if not registry.fetched_with(artifact.id, model.token_block, model.name):  # files in place",
         "                    if False:",
         "tests/test_reuse.py::test_a_gated_repositorys_files_never_reach_a_model_without_its_token"),
     "sizing-waits-for-budget": (
         "weightkeeper/service.py", "        if seconds is not None:\n            raise UnavailableError(",
         "        if False:\n            raise UnavailableError(",
         "tests/test_capacity.py::test_sizing_at_creation_never_waits_for_a_spent_hub_budget"),
+    "tracked-path-shared": (
+        "weightkeeper/registry/store.py", "exclude.download_policy == REUSE_IF_EXISTS and not exclude.track",
+        "exclude.download_policy == REUSE_IF_EXISTS",
+        "tests/test_tracking.py::test_a_tracked_model_shares_its_path_with_no_other_model"),
+    "hard-link-of-a-writable-inode": (
+        "weightkeeper/anchored.py", "                if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):",
+        "                if False:",
+        "tests/test_reuse.py::test_a_file_someone_else_may_write_is_copied_never_linked"),
     "update-ignores-capacity": (
         "tasks/switch.py", "            return f\"update to {snapshot.commit} held: {problem}; it stays on {model.commit}\"",
         "            return None",

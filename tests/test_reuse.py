@@ -158,8 +158,8 @@ def test_a_gated_repositorys_files_never_reach_a_model_without_its_token(wk, hub
     wk.declare("entitled-2", "hf://acme/gated-reuse", workspaces=["team-a"], subpath="models/second",
                download_policy="reuse-if-exists", token_block="hf-token-gated-reuse")
     assert ensure_model("entitled") == "Ready" and ensure_model("entitled-2") == "Ready"
-    for shared in (False, True):  # the gated files are on the volume, as an own copy and as a shared copy
-        name = f"freeloader-{int(shared)}"
+    for shared in (False, True, True):  # the gated files are on the volume, as an own copy and a shared copy;
+        name = f"freeloader-{int(shared)}-{len(wk.registry.list_models())}"  # the 3rd after a failed one linked
         wk.declare(name, "hf://acme/gated-reuse", workspaces=["team-a"], subpath=f"models/{name}",
                    **({"download_policy": "reuse-if-exists"} if shared else {}))
         assert ensure_model(name) == "Failed" and "gated" in wk.registry.get_model(name).message
@@ -169,3 +169,19 @@ def test_a_gated_repositorys_files_never_reach_a_model_without_its_token(wk, hub
     wk.declare("entitled-3", "hf://acme/gated-reuse", workspaces=["team-a"], subpath="models/third",
                token_block="hf-token-gated-reuse")
     assert ensure_model("entitled-3") == "Ready" and fetched(hub, "acme/gated-reuse") == []  # same token: reused
+
+
+def test_a_file_someone_else_may_write_is_copied_never_linked(wk, hub):
+    a, b = two_commits(hub, "acme/evolve-open")
+    wk.declare("open-a", f"hf://acme/evolve-open@{a}", workspaces=["team-a"])
+    assert ensure_model("open-a") == "Ready"
+    old = wk.registry.get_model("open-a").local_paths[0].path
+    os.chmod(f"{old}/{SHARDS[0]}", 0o666)  # as a job running as its owner could leave it
+    os.chown(f"{old}/{SHARDS[2]}", 4242, 4242)  # another user's file
+    wk.declare("open-b", "hf://acme/evolve-open@main", workspaces=["team-a"], subpath="models/next")
+    assert ensure_model("open-b") == "Ready"
+    new = wk.registry.get_model("open-b").local_paths[0].path
+    for name in (SHARDS[0], SHARDS[2]):  # taken (not fetched), as a copy of their own
+        assert os.stat(f"{new}/{name}").st_ino != os.stat(f"{old}/{name}").st_ino
+        assert open(f"{new}/{name}", "rb").read() == open(f"{old}/{name}", "rb").read()
+    assert os.stat(f"{new}/{SHARDS[3]}").st_ino == os.stat(f"{old}/{SHARDS[3]}").st_ino

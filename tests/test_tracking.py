@@ -207,3 +207,19 @@ def test_a_staged_model_switches_from_the_hub_not_from_its_old_commits_staged_co
     from weightkeeper.flows.delete_model import delete_model
     assert delete_model("staged") == "Released"  # its staged copy of A goes with it
     assert s3.keys(f"{s3.prefix}/acme--track-staged/") == []
+
+
+def test_a_tracked_model_shares_its_path_with_no_other_model(wk, hub):
+    hub.add_repo("acme/track-alone", commit_files("A"))
+    shared = dict(workspaces=["team-a"], download_policy="reuse-if-exists")
+    wk.declare("plain", "hf://acme/track-alone", **shared)
+    assert ensure_model("plain") == "Ready"
+    with pytest.raises(ConflictError, match="already owns"):  # its switch would move the other model's link
+        wk.declare("follower", "hf://acme/track-alone", track=True, **shared)
+    wk.declare("follower", "hf://acme/track-alone", track=True, subpath="models/follow", **shared)
+    assert ensure_model("follower") == "Ready"
+    with pytest.raises(ConflictError, match="already owns"):
+        wk.declare("late", "hf://acme/track-alone", subpath="models/follow", **shared)
+    with pytest.raises(InvalidInputError, match="is tracked"):
+        from weightkeeper.service import move_model
+        move_model(wk.settings, wk.registry, "follower", subpath="models/follow", download_policy="always-download")

@@ -184,15 +184,18 @@ class Dir:
     def take(self, src: Dir, name: str, new: str) -> tuple[str, int]:
         """Make `new` here (a name that must not exist) the regular file `name` of `src`, which is opened first
         without following a link, so the file checked is the file put here: a hard link to that very inode
-        (`linkat` of the open descriptor) when both are on one filesystem, else a copy (`copy_file_range`, which
-        shares extents where the filesystem can). Returns "hard link" or "copy", and a descriptor open on the
-        result (the caller closes it)."""
+        (`linkat` of the open descriptor) when both are on one filesystem and the inode is this process's and
+        writable by no one else, else a copy (`copy_file_range`, which shares extents where the filesystem can).
+        Returns "hard link" or "copy", and a descriptor open on the result (the caller closes it)."""
         fd = src.open(name, os.O_RDONLY)
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
                 raise UnsafePathError(f"refusing {src.path(name)}: not a regular file")
             os.set_blocking(fd, True)
-            try:
+            try:  # only an inode this process owns and nobody else may write: no one can change it under the link
+                if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                    raise OSError(errno.EPERM, "not ours alone")
                 os.link(f"/proc/self/fd/{fd}", new, dst_dir_fd=self.fd, follow_symlinks=True)
                 fd, linked = -1, fd
                 return "hard link", linked

@@ -175,12 +175,12 @@ MAX_PATTERNS = 32
 
 
 def validate_patterns(patterns: object, flag: str) -> list[str] | None:
-    """File patterns (`fnmatch`, matched against repository paths) as given, or None for none given: each a
-    relative, printable pattern without `..` segments, at most MAX_PATTERNS of at most 255 characters."""
+    """File patterns (`fnmatch`, matched against repository paths) as given, or None for none given: 1 to
+    MAX_PATTERNS relative, printable patterns without `..` segments, of at most 255 characters each."""
     if patterns is None:
         return None
-    if not isinstance(patterns, (list, tuple)) or len(patterns) > MAX_PATTERNS:
-        raise InvalidInputError(f"invalid {flag}: give a list of at most {MAX_PATTERNS} patterns")
+    if not isinstance(patterns, (list, tuple)) or not patterns or len(patterns) > MAX_PATTERNS:
+        raise InvalidInputError(f"invalid {flag}: give a list of 1 to {MAX_PATTERNS} patterns")
     out = []
     for p in patterns:
         if not isinstance(p, str) or not p or len(p) > 255 or not p.isprintable():

@@ -141,5 +141,7 @@ def move_model(settings: Settings, registry: Registry, name: str, *, subpath: st
     """Give a model a new subpath and/or policy: the new paths are filled first, then the old ones cleaned."""
     model = registry.get_model(name)
     subpath = validate_subpath(subpath)
+    if model.track and download_policy not in (None, REUSE_IF_EXISTS):
+        raise InvalidInputError(f"model {name!r} is tracked: its paths are links to shared copies (reuse-if-exists)")
     plan = _guarded(settings, plan_paths(settings.workspaces, model.repo_id, model.owner_name, model.targets, subpath))
     return registry.update_model(name, plan, subpath, validate_policy(download_policy or model.download_policy))

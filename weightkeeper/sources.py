@@ -54,12 +54,12 @@ def resolve(settings: Settings, registry, source: HfSource | S3Source, token_blo
 
 def check_access(settings: Settings, registry, source: str, token_block: str | None, snapshot: Snapshot) -> None:
     """Before files another model fetched are given to this one: prove that its token may read them from the Hub
-    (one request, for its smallest file). An s3:// source needs none: the API lets each user name only their
-    own prefixes."""
+    (one request, for its largest file: a weight, never a model card a gated repository may show). An s3:// source
+    needs none: the API lets each user name only their own prefixes."""
     if isinstance(parse_source(source), S3Source) or not snapshot.files:
         return
-    smallest = min(snapshot.files, key=lambda f: f.size)
-    hub_check(HfSource(snapshot.repo_id, snapshot.commit), smallest.path, settings.hf_endpoint, load_token(token_block),
+    largest = max(snapshot.files, key=lambda f: f.size)
+    hub_check(HfSource(snapshot.repo_id, snapshot.commit), largest.path, settings.hf_endpoint, load_token(token_block),
               hub_budget(settings, registry))
 
 

@@ -125,13 +125,13 @@ class ArtifactOps:
                 self._drop(s, Kind.ARTIFACT, row.id)
 
     def fetched_with(self, artifact_id: int, token_block: str | None, besides: str) -> bool:
-        """A live model other than `besides` uses the copy with this token block: the copy's files were fetched (or
-        given) to someone with the same access."""
+        """A live model other than `besides` has a Ready path on the copy with this token block: the copy's files
+        were fetched (or given, after the Hub said yes) to someone with the same access."""
         same = ModelRow.token_block.is_(None) if token_block is None else ModelRow.token_block == token_block
         with self._tx() as s:
             return s.execute(select(LocalPathRow.id).join(ModelRow).where(
-                LocalPathRow.artifact_id == artifact_id, ModelRow.name != besides, ModelRow.phase != DELETING,
-                same).limit(1)).first() is not None
+                LocalPathRow.artifact_id == artifact_id, LocalPathRow.status == READY, ModelRow.name != besides,
+                ModelRow.phase != DELETING, same).limit(1)).first() is not None
 
     def link_path(self, name: str, path_id: int, artifact_id: int | None) -> None:
         with self._tx() as s:

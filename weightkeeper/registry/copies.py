@@ -60,7 +60,8 @@ class CopyOps:
         inside = volume.rstrip("/") + "/"
         same_token = ModelRow.token_block.is_(None) if token_block is None else ModelRow.token_block == token_block
         with self._tx() as s:
-            used = select(LocalPathRow.artifact_id).join(ModelRow).where(same_token, ModelRow.deletion_time.is_(None))
+            used = select(LocalPathRow.artifact_id).join(ModelRow).where(
+                same_token, ModelRow.deletion_time.is_(None), LocalPathRow.status == READY)
             shared = s.execute(select(ArtifactRow.path, ArtifactRow.files).where(
                 ArtifactRow.repo_id == repo_id, ArtifactRow.cluster == cluster, ArtifactRow.volume == volume,
                 ArtifactRow.state == READY, ArtifactRow.id.in_(used)).order_by(ArtifactRow.id))

@@ -174,11 +174,9 @@ class ModelSpec:
     source_uri: str | None = None  # an s3:// source pinned at creation: where its files are
 
 
-def _patterns(model: ModelRow | ModelSpec) -> tuple[list | None, list | None]:
-    """A model's file patterns, (include, exclude): models share a path only with the same selection."""
-    if isinstance(model, ModelSpec):
-        return model.include, model.exclude
-    return model.include_patterns, model.exclude_patterns
+def _patterns(include: list | None, exclude: list | None) -> tuple[list | None, list]:
+    """A model's file selection as compared for sharing a path (as `layout.copy_name` names its copy)."""
+    return (sorted(include) if include is not None else None), sorted(exclude or [])
 
 
 def _path_view(row: LocalPathRow, leases: dict[int, Lease]) -> LocalPath:
@@ -322,17 +320,19 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
         """
         rows = session.execute(
             select(ModelRow.name, ModelRow.phase, ModelRow.download_policy, ModelRow.repo_id, ModelRow.commit,
-                   ModelRow.include_patterns, ModelRow.exclude_patterns)
+                   ModelRow.include_patterns, ModelRow.exclude_patterns, ModelRow.track)
             .join(LocalPathRow)
             .where(LocalPathRow.cluster == cluster, LocalPathRow.path == path, LocalPathRow.owned.is_(True),
                    ModelRow.id != getattr(exclude, "id", -1))
         )
-        sharing = share and exclude is not None and exclude.download_policy == REUSE_IF_EXISTS
+        # a tracked model switches its path's link: it shares the path with no other model
+        sharing = share and exclude is not None and exclude.download_policy == REUSE_IF_EXISTS and not exclude.track
         commit = getattr(exclude, "commit", None)
-        patterns = _patterns(exclude) if exclude is not None else None
-        return [(n, phase == DELETING) for n, phase, policy, repo, their_commit, include, excluded in rows
+        patterns = None if exclude is None else _patterns(exclude.include, exclude.exclude) if isinstance(
+            exclude, ModelSpec) else _patterns(exclude.include_patterns, exclude.exclude_patterns)
+        return [(n, phase == DELETING) for n, phase, policy, repo, their_commit, include, excluded, track in rows
                 if not (sharing and phase != DELETING and policy == REUSE_IF_EXISTS and repo == exclude.repo_id
-                        and commit in (None, their_commit) and patterns == (include, excluded))]
+                        and commit in (None, their_commit) and not track and patterns == _patterns(include, excluded))]
 
     @staticmethod
     def _nested(session: Session, cluster: str, path: str, exclude: ModelRow | ModelSpec | None) -> str | None:
@@ -358,13 +358,16 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
 
     @staticmethod
     def _usage(s: Session, workspaces: Sequence[Workspace]) -> dict[str, dict[str, int]]:
-        """`planning.workspace_usage` of the live models, a path not measured yet counted at its model's size."""
+        """`planning.workspace_usage` of the live models: a path not measured yet counts at its model's size, a
+        shared copy not measured yet (being filled) at its files'."""
         paths = s.execute(select(LocalPathRow.workspace, LocalPathRow.path,
                                  func.coalesce(LocalPathRow.size_bytes, ModelRow.size_bytes), LocalPathRow.artifact_id)
                           .join(ModelRow).where(ModelRow.deletion_time.is_(None),
                                                 LocalPathRow.workspace.in_([w.name for w in workspaces])))
-        copies = s.execute(select(ArtifactRow.cluster, ArtifactRow.volume, ArtifactRow.size_bytes))
-        return workspace_usage(workspaces, list(paths), list(copies))
+        copies = [(cluster, volume, size if size is not None else sum(f.get("size") or 0 for f in files or ()))
+                  for cluster, volume, size, files in s.execute(select(
+                      ArtifactRow.cluster, ArtifactRow.volume, ArtifactRow.size_bytes, ArtifactRow.files))]
+        return workspace_usage(workspaces, list(paths), copies)
 
     def workspace_usage(self, workspaces: Sequence[Workspace]) -> dict[str, dict[str, int]]:
         """Bytes each workspace stores (`storedBytes`) and would store without sharing."""
@@ -406,7 +409,8 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
                 subpath=spec.subpath, download_policy=spec.download_policy, keep_files=spec.keep_files,
                 include_patterns=spec.include, exclude_patterns=spec.exclude, track=spec.track, commit=spec.commit,
                 files=spec.files,
-                size_bytes=sum(f["size"] for f in spec.files or ()), staging_uri=spec.source_uri, phase=PENDING, message="; ".join(plan.skipped), created_at=now, updated_at=now,
+                size_bytes=sum(f["size"] for f in spec.files or ()), staging_uri=spec.source_uri, phase=PENDING,
+                message="; ".join(plan.skipped), created_at=now, updated_at=now,
                 cleanup_attempts=0,
             )
             row.paths = [LocalPathRow(workspace=p.workspace, cluster=p.cluster, path=p.path, status=PENDING, message="",
@@ -453,6 +457,7 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
                                           message="", bytes_done=0, bytes_total=0, owned=False, updated_at=now)
                              for p in wanted.values())
             row.subpath, row.download_policy = subpath, download_policy
+            row.pending_commit = row.pending_files = row.next_revision = None  # a switch starts again once moved
             row.phase, row.message, row.updated_at = PENDING, "moving to new paths", now
             s.flush()
             return _view(row)
