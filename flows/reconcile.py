@@ -174,10 +174,11 @@ def reconcile() -> Outcomes:
     outcomes = _drive_models(settings, registry, models, runs)
     artifacts = registry.list_artifacts()
     outcomes.update(_verify(settings, registry, artifacts))
+    now = utcnow()
     for artifact in artifacts:
         if not artifact.users:
             outcomes[artifact.path] = "kept: switched from recently" if in_grace(
-                artifact.released_at, utcnow(), settings.track_grace_seconds) else collect_shared_copy(artifact.id)
+                artifact.released_at, now, settings.track_grace_seconds) else collect_shared_copy(artifact.id)
     found = _orphans(settings, registry)
     outcomes.update({path: "orphan" for path in found})
     rows = "\n".join(f"| {path} | {outcome} |" for path, outcome in sorted(outcomes.items()))

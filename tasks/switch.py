@@ -67,14 +67,12 @@ def check_head(name: str) -> bool:
             return False
         raise
     if snapshot.commit == model.commit:
-        registry.head_checked(name, snapshot.commit, [])
         logger.info("%s: %s is still at %s", name, revision, snapshot.commit)
-        return False
+        return registry.head_checked(name, snapshot.commit, [])
     held = _held(settings, registry, model, snapshot)
-    moved = registry.head_checked(name, snapshot.commit, [f.to_json() for f in snapshot.files], held)
     logger.info("%s: %s moved from %s to %s%s", name, revision, model.commit, snapshot.commit,
                 f"; {held}" if held else "; downloading it beside the current one")
-    return moved
+    return registry.head_checked(name, snapshot.commit, [f.to_json() for f in snapshot.files], held)
 
 
 @task(name="switch-path", retries=2, retry_delay_seconds=[10, 30], retry_condition_fn=retry_transient)

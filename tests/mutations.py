@@ -593,7 +593,7 @@ MUTATIONS = {
         "weightkeeper/sources.py", " and staging_uri.endswith(f\"/{copy}/\")", "",
         "tests/test_tracking.py::test_a_staged_model_switches_from_the_hub_not_from_its_old_commits_staged_copy"),
     "reuse-across-tokens": (
-        "weightkeeper/registry/copies.py", "        same_token = ModelRow.token_block.is_(None) if token_block is None else ModelRow.token_block == token_block\n",
+        "weightkeeper/registry/copies.py", "        same_token = ModelRow.token_block.is_not_distinct_from(token_block)\n",
         "        same_token = ModelRow.id.is_not(None)\n",
         "tests/test_reuse.py::test_a_gated_repositorys_files_never_reach_a_model_without_its_token"),
     "shared-copy-without-access": (

@@ -158,8 +158,9 @@ def test_a_gated_repositorys_files_never_reach_a_model_without_its_token(wk, hub
     wk.declare("entitled-2", "hf://acme/gated-reuse", workspaces=["team-a"], subpath="models/second",
                download_policy="reuse-if-exists", token_block="hf-token-gated-reuse")
     assert ensure_model("entitled") == "Ready" and ensure_model("entitled-2") == "Ready"
-    for shared in (False, True, True):  # the gated files are on the volume, as an own copy and a shared copy;
-        name = f"freeloader-{int(shared)}-{len(wk.registry.list_models())}"  # the 3rd after a failed one linked
+    # the gated files are on the volume, as an own copy and a shared copy; the third comes after a failed one
+    for i, shared in enumerate((False, True, True)):
+        name = f"freeloader-{i}"
         wk.declare(name, "hf://acme/gated-reuse", workspaces=["team-a"], subpath=f"models/{name}",
                    **({"download_policy": "reuse-if-exists"} if shared else {}))
         assert ensure_model(name) == "Failed" and "gated" in wk.registry.get_model(name).message

@@ -27,7 +27,7 @@ NOW = datetime(2026, 12, 4, 12, 0, tzinfo=timezone.utc)
 
 
 def test_a_tracked_ready_model_is_due_once_per_interval_or_when_a_revision_is_asked_for():
-    hour_ago, minute_ago = NOW.replace(hour=11), NOW.replace(minute=0, second=0).replace(hour=11, minute=59)
+    hour_ago, minute_ago = NOW.replace(hour=11), NOW.replace(hour=11, minute=59)
     assert update_due("Ready", True, None, None, NOW, 3600)
     assert update_due("Ready", True, None, hour_ago, NOW, 3600)
     assert not update_due("Ready", True, None, minute_ago, NOW, 3600)
@@ -151,6 +151,7 @@ def test_model_update_switches_a_revision_once_on_demand(wk, hub):
     wk.declare("once", "hf://acme/track-once@main", workspaces=["team-a"], download_policy="reuse-if-exists")
     wk.declare("own", "hf://acme/track-once@main", workspaces=["team-b"])
     assert ensure_model("once") == "Ready" and ensure_model("own") == "Ready"
+    assert wk.registry.get_model("once").commit == a
     out = cli(wk, "model", "update", "once", "--revision", "v2", "--wait")
     assert "Ready" in out.stdout
     model = wk.registry.get_model("once")
@@ -166,12 +167,11 @@ def test_model_update_switches_a_revision_once_on_demand(wk, hub):
     assert out.returncode == 2 and "keeps its own copy" in out.stderr
     out = cli(wk, "model", "update", "once", "--revision", "a..b", check=False)
     assert out.returncode == 2 and "invalid revision" in out.stderr
+    from weightkeeper.service import switch_revision
+    wk.declare("fresh", "hf://acme/track-once", workspaces=["team-a"], subpath="models/fresh",
+               download_policy="reuse-if-exists")
     with pytest.raises(ConflictError, match="is Pending"):
-        from weightkeeper.service import switch_revision
-        wk.declare("fresh", "hf://acme/track-once", workspaces=["team-a"], subpath="models/fresh",
-                   download_policy="reuse-if-exists")
         switch_revision(wk.registry, "fresh", "v2")
-    assert a != b
 
 
 def test_an_update_past_the_workspace_capacity_is_held_with_a_message(wk, hub):

@@ -127,7 +127,7 @@ class ArtifactOps:
     def fetched_with(self, artifact_id: int, token_block: str | None, besides: str) -> bool:
         """A live model other than `besides` has a Ready path on the copy with this token block: the copy's files
         were fetched (or given, after the Hub said yes) to someone with the same access."""
-        same = ModelRow.token_block.is_(None) if token_block is None else ModelRow.token_block == token_block
+        same = ModelRow.token_block.is_not_distinct_from(token_block)
         with self._tx() as s:
             return s.execute(select(LocalPathRow.id).join(ModelRow).where(
                 LocalPathRow.artifact_id == artifact_id, LocalPathRow.status == READY, ModelRow.name != besides,

@@ -58,7 +58,7 @@ class CopyOps:
         Only copies of models fetched with the same token block: a gated or private repository's files never
         reach a model that could not fetch them."""
         inside = volume.rstrip("/") + "/"
-        same_token = ModelRow.token_block.is_(None) if token_block is None else ModelRow.token_block == token_block
+        same_token = ModelRow.token_block.is_not_distinct_from(token_block)
         with self._tx() as s:
             used = select(LocalPathRow.artifact_id).join(ModelRow).where(
                 same_token, ModelRow.deletion_time.is_(None), LocalPathRow.status == READY)

@@ -55,9 +55,9 @@ class UpdateOps:
                 row.pending_commit = row.pending_files = None
                 if held:
                     row.message = scrub_message(held)
-                if row.next_revision and commit == row.commit:
-                    row.revision, row.source = row.next_revision, _at(row.source, row.next_revision)
-                if commit is None or commit == row.commit:
+                if commit == row.commit:
+                    _settle_revision(row)
+                elif commit is None:
                     row.next_revision = None
                 return False
             row.pending_commit, row.pending_files = commit, files
@@ -118,13 +118,14 @@ class UpdateOps:
             row.commit, row.files = row.pending_commit, row.pending_files
             row.size_bytes = sum(f["size"] for f in row.pending_files or ())
             row.pending_commit = row.pending_files = None
-            if row.next_revision:
-                row.revision, row.source, row.next_revision = row.next_revision, _at(row.source, row.next_revision), None
+            _settle_revision(row)
             row.switched_at = row.updated_at = utcnow()
             row.message = f"switched from {switched[0]} to {switched[1]}"
             return switched
 
 
-def _at(source: str, revision: str) -> str:
-    """`hf://owner/name@old` at `revision`."""
-    return f"{source.rpartition('@')[0] or source}@{revision}"
+def _settle_revision(row: ModelRow) -> None:
+    """The model is at the commit of the revision `model update` asked for: that revision is now its own."""
+    if row.next_revision:
+        head = row.source.rpartition("@")[0] or row.source
+        row.revision, row.source, row.next_revision = row.next_revision, f"{head}@{row.next_revision}", None
