@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from weightkeeper.prefectserver import free_port, start_server, stop
+from weightkeeper.prefectserver import client_environment, free_port, start_server, stop
 
 MIB = 1 << 20
 ENV = {
@@ -39,7 +39,8 @@ def prepare_environment(root: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     server = start_server(port, root / "prefect-server.log", env)
     atexit.register(stop, server)
-    os.environ["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"
+    os.environ["PREFECT_API_URL"] = url = f"http://127.0.0.1:{port}/api"
+    os.environ.update(client_environment(url, root))  # as `prefect_api` gives the clients of its server
     return server
 
 

@@ -122,6 +122,7 @@ class Run(NamedTuple):
 def start_worker(ready: multiprocessing.synchronize.Barrier) -> None:
     """A worker process: the flow imported, slots and the client's 503 retries counted; waits for the others."""
     global SLOTS, RETRIES
+    import fastapi.encoders  # noqa: F401 - what Prefect imports at a process's first subflow call
     import weightkeeper.tasks.download
     from weightkeeper.flows.ensure_model import ensure_model  # noqa: F401 - imported before the clock starts
 

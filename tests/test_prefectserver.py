@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import stat
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import certifi
 import httpx
 import pytest
 from conftest import tiny_files
@@ -51,13 +53,18 @@ with prefect_api(home) as api:
         client.create_flow_from_name(f"made-in-{home.name}")
     seen = {}
     def look():
+        from prefect.settings import get_current_settings
         with get_client(sync_client=True) as client:
             seen.update(api=str(client.api_url).rstrip("/"), flows=sorted(f.name for f in client.read_flows()))
+        settings = get_current_settings()
+        seen.update(cafile=settings.api.ssl_cert_file, csrf=settings.client.csrf_support_enabled)
     thread = threading.Thread(target=look)
     thread.start()
     thread.join()
     child = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('PREFECT_API_URL'), "
-                            "os.environ.get('PREFECT_SERVER_ALLOW_EPHEMERAL_MODE'))"], capture_output=True, text=True)
+                            "os.environ.get('PREFECT_SERVER_ALLOW_EPHEMERAL_MODE'), "
+                            "os.environ.get('PREFECT_API_SSL_CERT_FILE'), "
+                            "os.environ.get('PREFECT_CLIENT_CSRF_SUPPORT_ENABLED'))"], capture_output=True, text=True)
     print(json.dumps(dict(seen, url=api, child=child.stdout.split())), flush=True)
     if sys.argv[2:] == ["wait"]:
         time.sleep(600)
@@ -176,6 +183,22 @@ def test_each_home_keeps_its_own_prefect_server_under_it_and_sees_only_its_own_r
     assert not (tmp_path / "user" / ".prefect" / "prefect.db").exists()
 
 
+def test_clients_of_the_server_started_here_load_one_ca_certificate_and_ask_no_csrf_token(tmp_path):
+    """Plain HTTP on loopback uses no TLS and the server no CSRF protection: every client of the process (a thread
+    started without the context too) and every child is given a one-certificate bundle under the home, not the
+    machine's (`SSL_CERT_FILE`) or certifi's (18 ms each), and asks for no CSRF token; its runs still work."""
+    env = dict(without_prefect_api_url(tmp_path), SSL_CERT_FILE=certifi.where())
+    out = subprocess.run([sys.executable, "-c", STARTER, str(tmp_path / "home")], env=env, capture_output=True,
+                         text=True, timeout=240)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    bundle = tmp_path / "home" / "prefect" / "unused-ca.pem"
+    assert seen["flows"] == ["made-in-home"] and seen["cafile"] == str(bundle) and seen["csrf"] is False
+    assert seen["child"][2:] == [str(bundle), "false"]
+    assert bundle.read_text().count("BEGIN CERTIFICATE") == 1
+    assert ssl.create_default_context(cafile=str(bundle)).cert_store_stats()["x509_ca"] == 1
+
+
 def test_the_server_stops_when_the_process_that_started_it_is_killed(tmp_path):
     """...and while it runs, a thread started without the context (as a lease renewer is) and a child process use
     it, with Prefect's temporary server disabled: no temporary server is started to outlive the process."""
@@ -186,7 +209,7 @@ def test_the_server_stops_when_the_process_that_started_it_is_killed(tmp_path):
             seen = json.loads(starter.stdout.readline())
             assert healthy(seen["url"])
             assert seen["api"] == seen["url"] and seen["flows"] == ["made-in-home"]
-            assert seen["child"] == [seen["url"], "false"]
+            assert seen["child"][:2] == [seen["url"], "false"]
             running = processes_naming(str(tmp_path))
             assert len(running) == 2 and not temporary_servers(running), running  # the starter and its server
         finally:
