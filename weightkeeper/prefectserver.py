@@ -40,6 +40,7 @@ from pathlib import Path
 
 import httpx
 
+from weightkeeper.anchored import Dir
 from weightkeeper.errors import WeightkeeperError
 
 LEASE_STORAGE = "prefect.server.concurrency.lease_storage.filesystem"
@@ -326,10 +327,8 @@ def _unused_ca_bundle(directory: Path) -> Path:
     if not path.is_file():
         first = re.search(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----\n",
                           Path(certifi.where()).read_text(), re.S)
-        directory.mkdir(parents=True, exist_ok=True)
-        part = directory / f".unused-ca.pem.{os.getpid()}"
-        part.write_text(first.group(0))
-        os.replace(part, path)
+        with Dir.root(directory, create=True) as home:
+            home.write_atomic(path.name, first.group(0).encode())
     return path
 
 
