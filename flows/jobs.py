@@ -28,7 +28,7 @@ from weightkeeper.planning import MAX_FAILOVERS, failover_workspace
 from weightkeeper.registry import Holder, LocalPath, Model, Registry
 from weightkeeper.registry.common import FAILED, READY, this_host, utcnow
 from weightkeeper.registry.leases import abandoned
-from weightkeeper.runs import mark_run_crashed
+from weightkeeper.runs import mark_run_crashed, without_prefect_heartbeat
 from weightkeeper.context import current
 
 POLL_SECONDS = 2.0
@@ -82,9 +82,11 @@ def _outcome(flow: str, path: LocalPath, run_id, state: State | None) -> JobFail
 
 
 def _subflow(flow: str, name: str, path: LocalPath) -> JobFailure | None:
-    """One path's flow as a subflow of the current run."""
-    state = PATH_FLOWS[flow].with_options(flow_run_name=job_run_name(flow, name, path.workspace))(
-        name, path.id, return_state=True)
+    """One path's flow as a subflow of the current run. It sends no Prefect heartbeat: it lives in its parent's
+    process, which sends one, and ending it would wait for a heartbeat thread's sleep (up to 1 s per path)."""
+    with without_prefect_heartbeat():
+        state = PATH_FLOWS[flow].with_options(flow_run_name=job_run_name(flow, name, path.workspace))(
+            name, path.id, return_state=True)
     return _outcome(flow, path, state.state_details.flow_run_id, state)
 
 

@@ -92,11 +92,17 @@ MUTATIONS = {
     "prefect-heartbeat-here": ("weightkeeper/runs.py",
                                "        with without_prefect_heartbeat():\n            return flow(*args)",
                                "        return flow(*args)", "tests/test_lifecycle.py::"
-                               "test_a_run_started_here_sends_no_prefect_heartbeat_its_run_lease_is_its_heartbeat"),
+                               "test_a_run_started_here_and_every_subflow_send_no_prefect_heartbeat_the_run_lease_is_the_heartbeat"),
+    "prefect-heartbeat-subflow": ("flows/jobs.py", "    with without_prefect_heartbeat():\n        state = PATH_FLOWS",
+                                  "    if True:\n        state = PATH_FLOWS", "tests/test_lifecycle.py::"
+                                  "test_a_run_started_here_and_every_subflow_send_no_prefect_heartbeat_the_run_lease_is_the_heartbeat"),
     "sqlite-writes-queued": ("weightkeeper/prefectserver.py", 'SQLITE_BEGIN_MODE.set("IMMEDIATE")',
                              'SQLITE_BEGIN_MODE.set("IMMEDIATE" if with_for_update else "DEFERRED")',
                              "tests/test_prefectserver.py::"
                              "test_the_sqlite_write_patch_holds_or_the_server_refuses_to_start"),
+    "task-run-batches": ("weightkeeper/prefectserver.py", "        os.environ.setdefault(name, value)", "        pass",
+                         "tests/test_prefectserver.py::"
+                         "test_the_server_started_here_records_task_runs_in_batches_flushed_every_second"),
     "server-exits-with-parent": ("weightkeeper/prefectserver.py", "        exit_with_parent(int(parent))", "        pass",
                                  "tests/test_prefectserver.py::"
                                  "test_the_server_stops_when_the_process_that_started_it_is_killed"),

@@ -33,31 +33,38 @@ def named(name: str):
     return flow_runs(name=FlowRunFilterName(any_=[name]))
 
 
-def subflows(parent_name: str) -> dict:
+def subflows(parent_name: str, tasks: dict[str, set[str]]) -> dict:
+    """The parent's subflow runs: name -> (flow, state, task-run names), once each run named in `tasks` shows
+    those task runs (the server records task runs in batches, up to a second late)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
 
     (parent,) = named(parent_name)
     children = flow_runs(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent.id]))
     with get_client(sync_client=True) as client:
-        def tasks(run) -> set[str]:
+        def tasks_of(run) -> set[str]:
             return {t.name for t in client.read_task_runs(flow_run_filter=FlowRunFilter(id={"any_": [run.id]}))}
 
-        return {run.name: (client.read_flow(run.flow_id).name, run.state.name, tasks(run)) for run in children}
+        def runs() -> dict:
+            found = {run.name: (client.read_flow(run.flow_id).name, run.state.name, tasks_of(run)) for run in children}
+            return found if all(names <= found.get(run, ("", "", set()))[2] for run, names in tasks.items()) else {}
+
+        return wait_until(runs, what=f"the task runs {tasks} of {parent_name}")
 
 
 def test_a_lifecycle_here_runs_each_path_as_a_subflow_of_the_per_path_flow(wk, hub):
     hub.add_repo("acme/sub", tiny_files("sub"))
     wk.declare("sub", "hf://acme/sub")
     assert ensure_model("sub") == "Ready"
-    downloads = subflows("ensure-sub")
+    downloads = subflows("ensure-sub", {f"download-sub-{ws}": {f"download-sub-{ws}", f"record-size-sub-{ws}"}
+                                        for ws in ("team-a", "team-b")})
     assert set(downloads) == {"download-sub-team-a", "download-sub-team-b"}
     for ws in ("team-a", "team-b"):
         flow, state, tasks = downloads[f"download-sub-{ws}"]
         assert (flow, state) == ("download-to-path", "Completed")
         assert {f"download-sub-{ws}", f"record-size-sub-{ws}"} <= tasks
     assert delete_model("sub") == "Released"
-    cleanups = subflows("delete-sub")
+    cleanups = subflows("delete-sub", {"clean-sub-team-a": {"clean-sub-team-a"}})
     assert {name: (flow, state) for name, (flow, state, _) in cleanups.items()} == {
         f"clean-sub-{ws}": ("clean-path", "Completed") for ws in ("team-a", "team-b")}
     assert "clean-sub-team-a" in cleanups["clean-sub-team-a"][2]

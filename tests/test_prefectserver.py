@@ -199,6 +199,14 @@ def test_clients_of_the_server_started_here_load_one_ca_certificate_and_ask_no_c
     assert ssl.create_default_context(cafile=str(bundle)).cert_store_stats()["x509_ca"] == 1
 
 
+def test_the_server_started_here_records_task_runs_in_batches_flushed_every_second():
+    """Task-run states arrive as events; the server started here (the session's) writes them 50 at a time, at
+    least every second, not one transaction per event, as its own settings say."""
+    settings = httpx.get(f"{os.environ['PREFECT_API_URL']}/admin/settings", timeout=10).json()
+    recorder = settings["server"]["services"]["task_run_recorder"]
+    assert (recorder["batch_size"], recorder["flush_interval"]) == (50, 1)
+
+
 def test_the_server_stops_when_the_process_that_started_it_is_killed(tmp_path):
     """...and while it runs, a thread started without the context (as a lease renewer is) and a child process use
     it, with Prefect's temporary server disabled: no temporary server is started to outlive the process."""

@@ -8,7 +8,10 @@ stale read snapshot), answered 503, and Prefect's client sleeps 2 s. Here they b
 take the write lock first, so a second writer waits its turn under the busy timeout; the server refuses
 to start if Prefect no longer honours that (bench/prefect_sqlite.py measures it). PostgreSQL is
 unaffected. Concurrency-slot leases are kept on disk (unless `PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE`
-says otherwise), so a restart leaks no slot.
+says otherwise), so a restart leaks no slot. Task-run states, which clients send as events, are written
+in batches of up to 50 at least every second (unless `PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_*` say
+otherwise) rather than one transaction per event: a task run costs the server about a third of the
+CPU, and shows in the UI up to a second later.
 
 `prefect_api` starts it with its Prefect home (database, leases) under weightkeeper's home, so homes
 share nothing, and points every Prefect client of the process, in any thread, and every process it
@@ -44,6 +47,8 @@ from weightkeeper.anchored import Dir
 from weightkeeper.errors import WeightkeeperError
 
 LEASE_STORAGE = "prefect.server.concurrency.lease_storage.filesystem"
+TASK_RUN_BATCHES = {"PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "50",
+                    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1"}
 START_SECONDS = 90
 PARENT_ENV = "WEIGHTKEEPER_PREFECT_SERVER_PARENT"  # set by `prefect_api`: the server exits when that process is gone
 LOOPBACK = "127.0.0.1"
@@ -123,6 +128,8 @@ def main() -> None:
     if {"--background", "-b"} & set(sys.argv[1:]):
         sys.exit("weightkeeper.prefectserver runs Prefect's server in this process: no --background")
     os.environ.setdefault("PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE", LEASE_STORAGE)
+    for name, value in TASK_RUN_BATCHES.items():
+        os.environ.setdefault(name, value)
     if parent := os.environ.pop(PARENT_ENV, None):
         exit_with_parent(int(parent))
     try:
