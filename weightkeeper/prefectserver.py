@@ -10,7 +10,7 @@ to start if Prefect no longer honours that (bench/prefect_sqlite.py measures it)
 unaffected. Concurrency-slot leases are kept on disk (unless `PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE`
 says otherwise), so a restart leaks no slot. Task-run states, which clients send as events, are written
 in batches of up to 50 at least every second (unless `PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_*` say
-otherwise) rather than one transaction per event: a task run costs the server about a third of the
+otherwise) rather than one transaction per event: a task run costs the server about a quarter of the
 CPU, and shows in the UI up to a second later.
 
 `prefect_api` starts it with its Prefect home (database, leases) under weightkeeper's home, so homes
