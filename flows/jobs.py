@@ -82,8 +82,9 @@ def _outcome(flow: str, path: LocalPath, run_id, state: State | None) -> JobFail
 
 
 def _subflow(flow: str, name: str, path: LocalPath) -> JobFailure | None:
-    """One path's flow as a subflow of the current run. It sends no Prefect heartbeat: it lives in its parent's
-    process, which sends one, and ending it would wait for a heartbeat thread's sleep (up to 1 s per path)."""
+    """One path's flow as a subflow of the current run. It sends no Prefect heartbeat of its own: it lives in its
+    parent's process, which the parent's run covers (the run lease is the heartbeat of record), and ending it
+    would wait for a heartbeat thread's sleep (up to 1 s per path)."""
     with without_prefect_heartbeat():
         state = PATH_FLOWS[flow].with_options(flow_run_name=job_run_name(flow, name, path.workspace))(
             name, path.id, return_state=True)
