@@ -559,6 +559,10 @@ MUTATIONS = {
         "weightkeeper/planning.py", "    if stored + adding <= capacity:", "    if stored + adding < capacity:",
         "tests/test_capacity.py::test_the_capacity_is_reached_exactly_and_never_passed "
         "tests/test_capacity.py::test_a_model_past_the_capacity_is_refused_with_both_numbers"),
+    "capacity-ignores-filling-copies": (
+        "weightkeeper/registry/store.py", "return workspace_usage(workspaces, list(paths), [*measured, *filling])",
+        "return workspace_usage(workspaces, list(paths), list(measured))",
+        "tests/test_capacity.py::test_a_shared_copy_being_filled_counts_at_its_files_then_at_its_measured_size"),
     "capacity-ignores-pending": (
         "weightkeeper/registry/store.py", "func.coalesce(LocalPathRow.size_bytes, ModelRow.size_bytes)",
         "LocalPathRow.size_bytes",

@@ -104,3 +104,18 @@ def test_sizing_at_creation_never_waits_for_a_spent_hub_budget(wk, hub):
     with pytest.raises(UnavailableError, match=r"budget is spent for \d+ s; try again then"):
         wk.declare("second", "hf://acme/cap-budget", workspaces=["team-a"], subpath="models/second")
     assert wk.registry.find_model("second") is None
+
+
+def test_a_shared_copy_being_filled_counts_at_its_files_then_at_its_measured_size(wk):
+    """A copy not measured yet still takes room: its manifest's sizes count until its size is recorded, so models
+    created while it fills cannot pass the capacity."""
+    from weightkeeper.registry import Holder
+
+    ws = wk.settings.workspace("team-a")
+    copy = wk.registry.artifact_for("acme/filling", "c" * 40, ws.cluster, ws.volume, f"{ws.volume}/.shared/filling",
+                                    [{"path": "a.safetensors", "size": 700}, {"path": "config.json", "size": 23}])
+    assert wk.registry.workspace_usage(wk.settings.workspaces)["team-a"]["storedBytes"] == 723
+    holder = Holder.here("measure")
+    assert wk.registry.claim_artifact(copy.id, holder, 60) is None
+    wk.registry.set_artifact(copy.id, holder, "Ready", size_bytes=4096, release=True)
+    assert wk.registry.workspace_usage(wk.settings.workspaces)["team-a"]["storedBytes"] == 4096
