@@ -31,7 +31,7 @@ from weightkeeper.registry.metrics import DOWNLOAD_SECONDS, DOWNLOADED_BYTES, RE
 from weightkeeper.registry.artifacts import A_DOWNLOADING, A_PENDING, A_READY
 from weightkeeper.registry.common import DOWNLOADING, WAITING
 from weightkeeper.reuse import Reused, reuse_files
-from weightkeeper.runtime import SLOT_WAIT, download_slot
+from weightkeeper.runtime import download_slot, say_slot_wait
 from weightkeeper.context import current
 from weightkeeper.sharing import discard, file_lock, is_ready, mark_ready
 from weightkeeper.sources import check_access, fetch_model_files, s3_uri
@@ -207,16 +207,13 @@ def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: S
     logger.info("%s: %d of %d files to fetch into %s", model.name, len(missing), len(snapshot.files), target)
     check_free_space(model.name, target, snapshot.files, settings.free_space_margin_bytes)
 
-    def on_wait(in_use: int, limit: int) -> None:
-        reporter.beat(message=f"{SLOT_WAIT} ({in_use}/{limit} in use)", force=True)
-
     uri = s3_uri(settings, model.source, model.staging_uri, snapshot.copy)
     origin, source = (uri, "s3") if uri else (f"{snapshot.repo_id}@{snapshot.commit[:12]}", "hub")
     downloading = f"downloading {origin} into {target}"
     budget = hub_budget(settings, registry, lambda seconds: reporter.beat(
         message=downloading if seconds is None else budget_message(seconds), force=True))
     with FetchMeter(registry, reporter.entry.workspace, source, reporter.beat) as meter, \
-            download_slot(settings, on_wait):
+            download_slot(settings, say_slot_wait(reporter.beat)):
         registry.set_path_message(model.name, reporter.entry.id, reporter.status, downloading)
         deadline = time.monotonic() + settings.download_timeout_seconds
         fetched = fetch_model_files(settings, model.source, model.staging_uri, model.token_block, snapshot,

@@ -25,7 +25,7 @@ from weightkeeper.registry import Holder
 from weightkeeper.registry.leases import Kind
 from weightkeeper.registry.common import DOWNLOADING, FAILED, PENDING
 from weightkeeper.credentials import load_token
-from weightkeeper.runtime import SLOT_WAIT, download_slot
+from weightkeeper.runtime import download_slot, say_slot_wait
 from weightkeeper.context import current
 from weightkeeper.s3 import stage_snapshot
 from weightkeeper.sources import pace, s3_client
@@ -90,8 +90,7 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
                 message=budget_message(seconds), force=True))
             transfer = hub_transfer(HfSource(model.repo_id, snapshot.commit), snapshot.commit, settings.hf_endpoint,
                                     load_token(model.token_block), settings.hub_redirect_hosts, budget)
-            with download_slot(settings, lambda in_use, limit: beat(
-                    message=f"{SLOT_WAIT} ({in_use}/{limit} in use) to stage to {uri}", force=True)):
+            with download_slot(settings, say_slot_wait(beat, f" to stage to {uri}")):
                 uploaded, skipped = stage_snapshot(s3_client(settings), uri, snapshot, fetch_one, beat)
     except DownloadCancelled as e:
         logger.warning("%s", e)

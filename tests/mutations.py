@@ -559,6 +559,10 @@ MUTATIONS = {
         "weightkeeper/planning.py", "    if stored + adding <= capacity:", "    if stored + adding < capacity:",
         "tests/test_capacity.py::test_the_capacity_is_reached_exactly_and_never_passed "
         "tests/test_capacity.py::test_a_model_past_the_capacity_is_refused_with_both_numbers"),
+    "slot-wait-writes-every-poll": (
+        "weightkeeper/runtime.py", "beat(message=message, force=shown != [message])",
+        "beat(message=message, force=True)",
+        "tests/test_lifecycle.py::test_download_cap_is_never_exceeded"),
     "capacity-ignores-filling-copies": (
         "weightkeeper/registry/store.py", "return workspace_usage(workspaces, list(paths), [*measured, *filling])",
         "return workspace_usage(workspaces, list(paths), list(measured))",

@@ -15,7 +15,10 @@ from weightkeeper.flows.delete_model import delete_model
 from weightkeeper.flows.ensure_model import ensure_model
 from weightkeeper.download import PARTIAL_DIR
 from weightkeeper.errors import ConflictError
+from weightkeeper.registry import Registry
 from weightkeeper.runs import run_here
+from weightkeeper.runtime import SLOT_WAIT
+from weightkeeper.tasks.download import PROGRESS_SECONDS
 
 
 def fetched_files(path: str) -> list[str]:
@@ -386,8 +389,19 @@ def test_private_workspace_without_volume_fails_the_model(wk, hub):
     assert "no volume" in wk.registry.get_model("novol").message
 
 
-def test_download_cap_is_never_exceeded(wk, hub):
+def test_download_cap_is_never_exceeded(wk, hub, monkeypatch):
+    """At most the limit download at once; a waiting path says so, and writes the same message again at most
+    every PROGRESS_SECONDS, however often it polls for a slot."""
     wk.rewrite(hf_endpoint=hub.url, max_concurrent_downloads=2)
+    writes: list[tuple[int, str, float]] = []
+    progressed = Registry.path_progressed
+
+    def recording(self, name, path_id, holder, bytes_done=None, bytes_total=None, message=None):
+        if message and message.startswith(SLOT_WAIT):
+            writes.append((path_id, message, time.monotonic()))
+        return progressed(self, name, path_id, holder, bytes_done, bytes_total, message)
+
+    monkeypatch.setattr(Registry, "path_progressed", recording)
     names = [f"cap-{i}" for i in range(8)]
     for name in names:
         hub.add_repo(f"acme/{name}", tiny_files(name, shards=1, shard_size=768 * 1024))
@@ -405,6 +419,13 @@ def test_download_cap_is_never_exceeded(wk, hub):
     assert [r.result.get("value") for r in runs] == ["Ready"] * 8
     assert hub.peak_concurrent_repos == 2
     assert messages and all(re.fullmatch(r"Waiting for a download slot \([0-2]/2 in use\)", m) for m in messages)
+    last: dict[int, tuple[str, float]] = {}
+    repeats = []
+    for path_id, message, at in writes:
+        if last.get(path_id, ("", 0.0))[0] == message:
+            repeats.append(at - last[path_id][1])
+        last[path_id] = (message, at)
+    assert repeats and min(repeats) >= PROGRESS_SECONDS - 0.1, repeats
 
 
 def test_a_directory_that_held_other_files_is_refused_and_keeps_them_after_deletion(wk, hub):

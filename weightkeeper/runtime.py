@@ -130,6 +130,20 @@ def _take_slot(on_wait: Callable[[int, int], None]) -> AbstractContextManager[No
         time.sleep(random.uniform(0.5, 1.0) * SLOT_POLL_SECONDS)  # waiters out of step
 
 
+def say_slot_wait(beat: Callable[..., None], suffix: str = "") -> Callable[[int, int], None]:
+    """An `on_wait` for `download_slot` that says `Waiting for a download slot (n/limit in use)<suffix>` through
+    `beat(message=, force=)`: a changed message at once, the same one only as often as `beat` writes unforced
+    (a poll each SLOT_POLL_SECONDS would otherwise write the registry each time)."""
+    shown: list[str] = []
+
+    def on_wait(in_use: int, limit: int) -> None:
+        message = f"{SLOT_WAIT} ({in_use}/{limit} in use){suffix}"
+        beat(message=message, force=shown != [message])
+        shown[:] = [message]
+
+    return on_wait
+
+
 @contextmanager
 def download_slot(settings: Settings, on_wait: Callable[[int, int], None]) -> Iterator[None]:
     """Hold one slot of the download limit (which must exist) while the body runs; `on_wait(in_use, limit)`
