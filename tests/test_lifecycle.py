@@ -425,7 +425,7 @@ def test_download_cap_is_never_exceeded(wk, hub, monkeypatch):
         if last.get(path_id, ("", 0.0))[0] == message:
             repeats.append(at - last[path_id][1])
         last[path_id] = (message, at)
-    assert repeats and min(repeats) >= PROGRESS_SECONDS - 0.1, repeats
+    assert repeats and min(repeats) >= PROGRESS_SECONDS - 0.5, repeats  # slack for scheduling; polls are 0.5-1 s apart
 
 
 def test_a_directory_that_held_other_files_is_refused_and_keeps_them_after_deletion(wk, hub):
