@@ -560,12 +560,12 @@ MUTATIONS = {
         "tests/test_capacity.py::test_the_capacity_is_reached_exactly_and_never_passed "
         "tests/test_capacity.py::test_a_model_past_the_capacity_is_refused_with_both_numbers"),
     "slot-wait-writes-every-poll": (
-        "weightkeeper/runtime.py", "beat(message=message, force=shown != [message])",
+        "weightkeeper/runtime.py", "beat(message=message, force=message != shown)",
         "beat(message=message, force=True)",
         "tests/test_lifecycle.py::test_download_cap_is_never_exceeded"),
     "capacity-ignores-filling-copies": (
-        "weightkeeper/registry/store.py", "return workspace_usage(workspaces, list(paths), [*measured, *filling])",
-        "return workspace_usage(workspaces, list(paths), list(measured))",
+        "weightkeeper/registry/store.py", "size if size is not None else sum(f.get(\"size\") or 0 for f in files or ())",
+        "size or 0",
         "tests/test_capacity.py::test_a_shared_copy_being_filled_counts_at_its_files_then_at_its_measured_size"),
     "capacity-ignores-pending": (
         "weightkeeper/registry/store.py", "func.coalesce(LocalPathRow.size_bytes, ModelRow.size_bytes)",

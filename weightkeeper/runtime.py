@@ -134,12 +134,13 @@ def say_slot_wait(beat: Callable[..., None], suffix: str = "") -> Callable[[int,
     """An `on_wait` for `download_slot` that says `Waiting for a download slot (n/limit in use)<suffix>` through
     `beat(message=, force=)`: a changed message at once, the same one only as often as `beat` writes unforced
     (a poll each SLOT_POLL_SECONDS would otherwise write the registry each time)."""
-    shown: list[str] = []
+    shown = ""
 
     def on_wait(in_use: int, limit: int) -> None:
+        nonlocal shown
         message = f"{SLOT_WAIT} ({in_use}/{limit} in use){suffix}"
-        beat(message=message, force=shown != [message])
-        shown[:] = [message]
+        beat(message=message, force=message != shown)
+        shown = message
 
     return on_wait
 

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 
-from sqlalchemy import ColumnElement, create_engine, delete, event, func, or_, select, text
+from sqlalchemy import ColumnElement, case, create_engine, delete, event, func, or_, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, selectinload
@@ -364,12 +364,11 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
                                  func.coalesce(LocalPathRow.size_bytes, ModelRow.size_bytes), LocalPathRow.artifact_id)
                           .join(ModelRow).where(ModelRow.deletion_time.is_(None),
                                                 LocalPathRow.workspace.in_([w.name for w in workspaces])))
-        measured = s.execute(select(ArtifactRow.cluster, ArtifactRow.volume, ArtifactRow.size_bytes)
-                             .where(ArtifactRow.size_bytes.is_not(None)))
-        filling = [(cluster, volume, sum(f.get("size") or 0 for f in files or ())) for cluster, volume, files in
-                   s.execute(select(ArtifactRow.cluster, ArtifactRow.volume, ArtifactRow.files)
-                             .where(ArtifactRow.size_bytes.is_(None)))]  # only these manifests are read
-        return workspace_usage(workspaces, list(paths), [*measured, *filling])
+        copies = [(cluster, volume, size if size is not None else sum(f.get("size") or 0 for f in files or ()))
+                  for cluster, volume, size, files in s.execute(select(  # a manifest is read only while unmeasured
+                      ArtifactRow.cluster, ArtifactRow.volume, ArtifactRow.size_bytes,
+                      case((ArtifactRow.size_bytes.is_(None), ArtifactRow.files))))]
+        return workspace_usage(workspaces, list(paths), copies)
 
     def workspace_usage(self, workspaces: Sequence[Workspace]) -> dict[str, dict[str, int]]:
         """Bytes each workspace stores (`storedBytes`) and would store without sharing."""
