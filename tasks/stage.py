@@ -28,7 +28,7 @@ from weightkeeper.credentials import load_token
 from weightkeeper.runtime import download_slot, say_slot_wait
 from weightkeeper.context import current
 from weightkeeper.s3 import stage_snapshot
-from weightkeeper.sources import pace, s3_client
+from weightkeeper.sources import check_access, pace, s3_client
 
 SCRATCH = "staging"  # below weightkeeper's home: this host's files on their way to S3
 WAIT_POLL_SECONDS = 2.0
@@ -39,7 +39,8 @@ PROGRESS_SECONDS = 2.0
 def stage_to_s3(name: str, snapshot: Snapshot) -> str:
     """Upload the snapshot to `s3://<bucket>/<prefix>/<owner>--<name>/<commit>/`, multipart and in parallel.
 
-    Objects already there with the right size and digest are skipped, and each file comes from the
+    Objects already there with the right size and digest are skipped (another model may have staged them:
+    the model's token is then proven on the Hub first, one request), and each file comes from the
     Hub through a resumable `.part` file, so an interrupted staging run loses little. The staging
     lease on the model lets `delete-model` wait for this run; a deletion stops it at its next beat.
     """
@@ -92,6 +93,8 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
                                     load_token(model.token_block), settings.hub_redirect_hosts, budget)
             with download_slot(settings, say_slot_wait(beat, f" to stage to {uri}")):
                 uploaded, skipped = stage_snapshot(s3_client(settings), uri, snapshot, fetch_one, beat)
+            if skipped:  # another model staged them: its token proved nothing for this one
+                check_access(settings, registry, model.source, model.token_block, snapshot)
     except DownloadCancelled as e:
         logger.warning("%s", e)
         return Cancelled(message=str(e))

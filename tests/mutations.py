@@ -614,6 +614,9 @@ MUTATIONS = {
         "tasks/download.py", "                    if not registry.fetched_with(artifact.id, model.token_block, model.name):  # files in place",
         "                    if False:",
         "tests/test_reuse.py::test_a_gated_repositorys_files_never_reach_a_model_without_its_token"),
+    "staged-copy-without-access": (
+        "tasks/stage.py", "            if skipped:  # another model staged them", "            if False:  # another model staged them",
+        "tests/test_s3.py::test_a_gated_repositorys_staged_copy_never_reaches_a_model_without_its_token"),
     "sizing-waits-for-budget": (
         "weightkeeper/service.py", "        if seconds is not None:\n            raise UnavailableError(",
         "        if False:\n            raise UnavailableError(",

@@ -57,6 +57,34 @@ def test_staged_once_then_every_workspace_is_filled_from_s3(wk, hub, s3):
     assert s3.keys("staging/") == []
 
 
+def test_a_gated_repositorys_staged_copy_never_reaches_a_model_without_its_token(wk, hub, s3):
+    """The attacker declares a gated repository another user staged, with no token (metadata is public): every
+    object is already in S3, so staging would fetch nothing from the Hub. The token is proven there first."""
+    from prefect.blocks.system import Secret
+
+    token = "hf_GATEDstaged1234567890"
+    commit = hub.add_repo("acme/gated-staged", tiny_files("gated-staged"), gated=True, token=token)
+    Secret(value=token).save("hf-token-gated-staged", overwrite=True)
+    wk.declare("entitled", "hf://acme/gated-staged", workspaces=["team-a"], token_block="hf-token-gated-staged")
+    assert ensure_model("entitled") == "Ready"
+    staged = staged_keys(s3, "acme--gated-staged", commit)
+    assert len(staged) == FILES_FETCHED
+
+    wk.declare("freeloader", "hf://acme/gated-staged", workspaces=["team-b"], subpath="models/freeloader")
+    assert ensure_model("freeloader") == "Failed"
+    model = wk.registry.get_model("freeloader")
+    assert "gated" in model.message
+    path = model.local_paths[0].path
+    assert not os.path.lexists(path) or fetched_files(path) == []
+    assert staged_keys(s3, "acme--gated-staged", commit) == staged  # the other model's copy is kept
+
+    hub.reset_stats()
+    wk.declare("entitled-2", "hf://acme/gated-staged", workspaces=["team-b"], subpath="models/second",
+               token_block="hf-token-gated-staged")
+    assert ensure_model("entitled-2") == "Ready"  # proven with one request, filled from S3
+    assert hub.get_count("acme/gated-staged") == 0
+
+
 def test_interrupted_staging_resumes_without_uploading_finished_objects_again(wk, hub, s3):
     files = tiny_files("s3-resume", shards=4)
     commit = hub.add_repo("acme/resume", files)
