@@ -215,7 +215,7 @@ MUTATIONS = {
     "staging-prefix-as-source": ("weightkeeper/service.py",
                                  "if parsed.uri.startswith(staging) or staging.startswith(parsed.uri):", "if False:",
                                  "tests/test_tenancy.py::test_s3_sources_are_limited_per_user_and_the_staging_prefix_to_nobody"),
-    "url-query-in-message": ("weightkeeper/registry/common.py", '("?…" if m[3] else "")', '(m[3] or "")',
+    "url-query-in-message": ("weightkeeper/errors.py", '("?…" if m[3] else "")', '(m[3] or "")',
                              "tests/test_tenancy.py::test_url_queries_and_control_characters_never_reach_messages"),
     "idempotency-key-unbounded": ("weightkeeper/api.py", 'max_length=128, pattern=r"^[ -~]+$",', "",
                                   "tests/test_tenancy.py::test_over_long_or_control_input_answers_422_and_writes_nothing"),
@@ -617,6 +617,13 @@ MUTATIONS = {
     "staged-copy-without-access": (
         "tasks/stage.py", "            if skipped:  # another model staged them", "            if False:  # another model staged them",
         "tests/test_s3.py::test_a_gated_repositorys_staged_copy_never_reaches_a_model_without_its_token"),
+    "signed-path-query-kept": (
+        "weightkeeper/errors.py", '    return _PATH.sub(lambda m: m[1] + "?…", _URL.sub(',
+        '    return _PATH.sub(lambda m: m[0], _URL.sub(',
+        "tests/test_hub_answers.py::test_a_signed_url_that_cannot_be_reached_never_reaches_a_message_or_a_log"),
+    "urllib3-retries-log-signed-urls": (
+        "weightkeeper/download.py", 'logging.getLogger("urllib3.connectionpool").addFilter(RedactUrls())', "",
+        "tests/test_hub_answers.py::test_a_signed_url_that_cannot_be_reached_never_reaches_a_message_or_a_log"),
     "sizing-waits-for-budget": (
         "weightkeeper/service.py", "        if seconds is not None:\n            raise UnavailableError(",
         "        if False:\n            raise UnavailableError(",

@@ -23,6 +23,7 @@ from weightkeeper.download import RemoteFile, Snapshot, fetch_files
 from weightkeeper.errors import ConfigError, DownloadError
 from weightkeeper.hub import redirect_problem
 from weightkeeper.hubserver import HubServer
+from weightkeeper.prefectserver import free_port
 from weightkeeper.s3 import make_client, s3_transfer
 from weightkeeper.verify import verify_copy
 from weightkeeper.watchdog import Pace
@@ -277,6 +278,22 @@ def test_a_cdn_on_another_origin_needs_the_allow_list(wk, hub):
     path = wk.registry.get_model("cdn").local_paths[0].path
     assert Path(path, SHARD).read_bytes() == files[SHARD]
     assert any(r.path.startswith("/cdn/") for r in hub.requests if r.repo_id == repo)
+
+
+def test_a_signed_url_that_cannot_be_reached_never_reaches_a_message_or_a_log(wk, hub, quick_retries, caplog):
+    """The Hub redirects to an allowed CDN with a signed URL, and the CDN does not answer: the error names the
+    host, never the signature."""
+    repo, _, _ = add(hub, "signed")
+    port = free_port()  # nothing listens there
+    hub.redirect(f"http://localhost:{port}/cdn/x?X-Amz-Credential=AKIASIGNED&X-Amz-Signature=SIGNEDsecret",
+                 count=100, repo_id=repo, filename=SHARD, method="GET")
+    wk.rewrite(hf_endpoint=hub.url, hub_redirect_hosts=[f"localhost:{port}"])
+    wk.declare("signed", f"hf://{repo}", workspaces=["team-a"])
+    assert ensure_model("signed") == "Failed"
+    model = wk.registry.get_model("signed")
+    assert "cannot reach" in model.message and "/cdn/x?…" in model.message
+    seen = str(model.to_json()) + caplog.text
+    assert "SIGNEDsecret" not in seen and "AKIASIGNED" not in seen
 
 
 @pytest.mark.parametrize("location, allowed, refused", [

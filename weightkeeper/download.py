@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import posixpath
 import re
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from itertools import zip_longest
 
 from weightkeeper.anchored import Dir
-from weightkeeper.errors import DownloadError, UnsafePathError
+from weightkeeper.errors import DownloadError, RedactUrls, UnsafePathError
 from weightkeeper.layout import COMMIT, SEGMENT
 from weightkeeper.watchdog import Pace, Watchdog
 
@@ -42,6 +43,8 @@ PART_BYTES = 32 << 20  # a file is split into ranges of at least this size, at m
 RANGE_RETRIES = 5  # a range whose connection is cut resumes this many times inside one run
 SAVE_SECONDS = 0.2  # how often the ranges' progress is written down
 HASH_CHUNK = 8 << 20
+
+logging.getLogger("urllib3.connectionpool").addFilter(RedactUrls())  # its retries name signed URLs (Hub, S3)
 
 
 @dataclass(frozen=True)

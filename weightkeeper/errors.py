@@ -1,5 +1,24 @@
 """Errors that carry what the user needs to act on them."""
 
+import logging
+import re
+
+_URL = re.compile(r"(https?://)(?:[^\s/?#@'\"<>]*@)?([^\s?#'\"<>]*)([?#][^\s'\"<>]*)?", re.IGNORECASE)
+_PATH = re.compile(r"((?<!\S)/[^\s?#'\"<>]*)[?#][^\s'\"<>)]*")  # a bare path and its query ("... with url: /p?q")
+
+
+def redact_urls(text: str) -> str:
+    """`text` with every URL's user info, query and fragment dropped: signed URLs carry credentials there."""
+    return _PATH.sub(lambda m: m[1] + "?…", _URL.sub(lambda m: m[1] + m[2] + ("?…" if m[3] else ""), text))
+
+
+class RedactUrls(logging.Filter):
+    """For a library's logger that names the URLs it retries (urllib3's connection pools): records lose the queries."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = redact_urls(record.getMessage()), ()
+        return True
+
 
 class WeightkeeperError(Exception):
     """Base class: its message is shown to the user as one line."""
@@ -35,10 +54,11 @@ class ConflictError(WeightkeeperError):
 
 
 class DownloadError(WeightkeeperError):
-    """A download failed. `permanent` errors are not retried."""
+    """A download failed. `permanent` errors are not retried. Its message names no URL's query (`redact_urls`): it
+    reaches logs, Prefect states and the registry."""
 
     def __init__(self, message: str, permanent: bool = False):
-        super().__init__(message)
+        super().__init__(redact_urls(message))
         self.permanent = permanent
 
 

@@ -10,20 +10,20 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from weightkeeper.errors import redact_urls
 from weightkeeper.phase import PathStatus, Phase
 
 PENDING, DOWNLOADING, READY, FAILED = Phase.PENDING, Phase.DOWNLOADING, Phase.READY, Phase.FAILED  # paths' too
 STAGING, DELETING = Phase.STAGING, Phase.DELETING
 WAITING, CLEANING = PathStatus.WAITING, PathStatus.CLEANING
 MESSAGE_LIMIT = 2000
-_URL = re.compile(r"(https?://)(?:[^\s/?#@'\"<>]*@)?([^\s?#'\"<>]*)([?#][^\s'\"<>]*)?", re.IGNORECASE)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 def scrub_message(text: str) -> str:
     """A message as the registry stores it: URLs lose their user info, query and fragment (signed URLs carry
     credentials there), control characters become '?', and it is cut to `MESSAGE_LIMIT` characters."""
-    text = _CONTROL.sub("?", _URL.sub(lambda m: m[1] + m[2] + ("?…" if m[3] else ""), text))
+    text = _CONTROL.sub("?", redact_urls(text))
     return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"
 
 
