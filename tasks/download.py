@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import errno
 import os
 import stat
 import threading
@@ -20,7 +21,7 @@ from weightkeeper.tasks.snapshot import retry_transient
 from weightkeeper.config import Settings
 from weightkeeper.download import RemoteFile, Snapshot, in_place
 from weightkeeper.hubbudget import budget_message, hub_budget
-from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError, UnsafePathError
+from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError, NotOursError, UnsafePathError
 from weightkeeper.anchored import Dir, open_parent, open_path
 from weightkeeper.fsops import LINK, check_writable, directory_size, own_directory, path_size
 from weightkeeper.layout import REUSE_IF_EXISTS, HfSource, artifact_path, link_target, parse_source, sharing_problem
@@ -264,10 +265,12 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
                         ready = True
                 if not registry.set_path_made(model.name, entry.id, holder, LINK):
                     raise DownloadCancelled(f"another run took over {entry.path}")
-                st = parent.lstat(name)
-                if st is not None and stat.S_ISDIR(st.st_mode):
-                    parent.rmdir(name)  # an empty directory (checked by the caller) becomes the link
-                parent.symlink(link_target(entry.path, path), name)
+                try:  # the path was free when checked, maybe hours ago: what stands there now is someone's
+                    _empty_dir_away(parent, name, entry.path)
+                    parent.symlink(link_target(entry.path, path), name)
+                except NotOursError as e:
+                    raise DownloadError(f"{e}; move it away and ensure {model.name!r} again", permanent=True) \
+                        from None
                 if switch:
                     with open_path(path, volumes, artifact=True) as copy:
                         registry.path_switched(model.name, entry.id, holder, artifact.id, directory_size(copy))
@@ -309,6 +312,18 @@ def _fill_shared_copy(settings: Settings, registry: Registry, model: Model, snap
     registry.set_artifact(artifact_id, holder, A_DOWNLOADING, "verified", size_bytes=directory_size(copy),
                           verified=True)
     get_run_logger().info("%s: shared copy %s downloaded and verified", model.name, copy)
+
+
+def _empty_dir_away(parent: Dir, name: str, path: str) -> None:
+    """An empty directory standing where the link goes is removed (only ever an empty one)."""
+    st = parent.lstat(name)
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        try:
+            parent.rmdir(name)
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            raise NotOursError(f"{path} is no longer empty: it is left alone, and not linked") from None
 
 
 def _links_or_free(parent: Dir, name: str, made: str | None) -> bool:

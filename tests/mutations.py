@@ -73,8 +73,9 @@ MUTATIONS = {
     "cross-run-resume": ("weightkeeper/download.py", "        self.truncate = have > self.remote.size",
                          "        self.truncate = True",
                          "tests/test_lifecycle.py::test_partial_file_resumes_from_its_size"),
-    "range-progress-kept": ("weightkeeper/download.py", "        return parts\n    return plan_parts(size, have)",
-                            "        pass\n    return plan_parts(size, have)",
+    "range-progress-kept": ("weightkeeper/download.py",
+                            "        return [Part(p.start, p.end, min(p.done, max(have - p.start, 0))) for p in parts]",
+                            "        pass",
                             "tests/test_download.py::test_an_interrupted_ranged_download_resumes_every_range_where_it_stopped"),
     "ranges-in-parallel": ("weightkeeper/download.py", "    count = max(1, min(CONNECTIONS, size // PART_BYTES))",
                            "    count = 1", "tests/test_download.py::test_a_large_file_is_fetched_as_parallel_ranges_and_checked"),
@@ -624,6 +625,21 @@ MUTATIONS = {
     "urllib3-retries-log-signed-urls": (
         "weightkeeper/download.py", 'logging.getLogger("urllib3.connectionpool").addFilter(RedactUrls())', "",
         "tests/test_hub_answers.py::test_a_signed_url_that_cannot_be_reached_never_reaches_a_message_or_a_log"),
+    "link-swap-keeps-what-it-swapped-out": (
+        "weightkeeper/anchored.py", "            if not self.is_link(tmp):  # what was swapped out",
+        "            if False:  # what was swapped out",
+        "tests/test_attacks.py::test_symlink_creates_or_swaps_a_link_and_leaves_anything_else_alone"),
+    "link-renamed-over-anything": (
+        "weightkeeper/anchored.py", ("        if not self.is_link(name):\n            raise refused\n",
+                                     "            if not _exchange(self.fd, tmp, name):"),
+        ("", "            if True:"),
+        "tests/test_attacks.py::test_symlink_creates_or_swaps_a_link_and_leaves_anything_else_alone "
+        "tests/test_attacks.py::test_a_path_filled_while_its_shared_copy_downloads_is_left_to_the_user"),
+    "ranges-trusted-beyond-the-file": (
+        "weightkeeper/download.py", "        return [Part(p.start, p.end, min(p.done, max(have - p.start, 0))) for p in parts]",
+        "        return parts",
+        "tests/test_attacks.py::test_a_planted_ranges_file_neither_blocks_nor_floods_the_download"
+        " tests/test_download.py::test_saved_progress_is_used_only_when_it_fits_the_file"),
     "sizing-waits-for-budget": (
         "weightkeeper/service.py", "        if seconds is not None:\n            raise UnavailableError(",
         "        if False:\n            raise UnavailableError(",

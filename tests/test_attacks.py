@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import logging
 import os
 import shutil
@@ -31,7 +32,7 @@ from weightkeeper.flows.reconcile import reconcile
 from weightkeeper import download
 from weightkeeper.anchored import Dir
 from weightkeeper.download import PARTIAL_DIR
-from weightkeeper.errors import InvalidInputError, UnsafePathError
+from weightkeeper.errors import InvalidInputError, NotOursError, UnsafePathError
 
 SHARD = "model-00001-of-00002.safetensors"
 ONE_SHARD = "model-00001-of-00001.safetensors"
@@ -195,6 +196,31 @@ def test_write_atomic_replaces_a_planted_link_instead_of_writing_through_it(tmp_
         assert d.read_small("ready") == b"mine\n"
     assert not (tmp_path / "d" / "ready").is_symlink() and (outside / "passwd").read_bytes() == b"root:x:0:0\n"
     assert os.listdir(tmp_path / "d") == ["ready"]  # no temporary file left
+
+
+def test_symlink_creates_or_swaps_a_link_and_leaves_anything_else_alone(tmp_path, monkeypatch):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "file").write_bytes(b"the user's")
+    os.mkfifo(tmp_path / "d" / "fifo")
+    (tmp_path / "d" / "old").symlink_to("elsewhere")
+    with Dir.root(tmp_path / "d") as d:
+        d.symlink("copy-a", "new")  # nothing there: created
+        d.symlink("copy-a", "old")  # a link: swapped
+        for name in ("file", "fifo"):
+            with pytest.raises(NotOursError, match="is not a link"):
+                d.symlink("copy-a", name)
+        # the race: a link when checked, a user's file when swapped (the swap is undone)
+        os.unlink(tmp_path / "d" / "new")
+        (tmp_path / "d" / "new").write_bytes(b"planted after the check")
+        monkeypatch.setattr(Dir, "is_link", lambda self, name: name == "new" or Dir.lstat(self, name) is not None
+                            and stat.S_ISLNK(Dir.lstat(self, name).st_mode))
+        with pytest.raises(NotOursError, match="is not a link"):
+            d.symlink("copy-b", "new")
+    assert os.readlink(tmp_path / "d" / "old") == "copy-a"
+    assert (tmp_path / "d" / "file").read_bytes() == b"the user's"
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "d" / "fifo").st_mode)
+    assert (tmp_path / "d" / "new").read_bytes() == b"planted after the check"
+    assert sorted(os.listdir(tmp_path / "d")) == ["fifo", "file", "new", "old"]  # no temporary link left
 
 
 @pytest.mark.timeout(30)
@@ -410,6 +436,37 @@ def test_a_cache_swapped_for_a_link_is_never_written_or_emptied(wk, hub, tmp_pat
     assert not os.path.lexists(path) and tree(outside) == before
 
 
+@pytest.mark.parametrize("planted", ["file", "directory"])
+def test_a_path_filled_while_its_shared_copy_downloads_is_left_to_the_user(wk, hub, monkeypatch, planted):
+    """The path was free when checked; while the shared copy downloads (hours, for a big model) the user puts a
+    file there, or files in the empty directory: the link never replaces them. Moved away, the path links."""
+    import weightkeeper.tasks.download
+
+    hub.add_repo("acme/raced-link", tiny_files("raced-link"))
+    wk.declare("raced-link", "hf://acme/raced-link", workspaces=["team-a"], download_policy="reuse-if-exists")
+    path = Path(wk.registry.get_model("raced-link").local_paths[0].path)
+    fill = weightkeeper.tasks.download._fill_shared_copy
+
+    def fill_while_the_user_writes(*args, **kwargs):
+        if planted == "file":
+            path.write_bytes(b"the user's notes")
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+            (path / "notes.txt").write_bytes(b"the user's notes")
+        return fill(*args, **kwargs)
+
+    monkeypatch.setattr(weightkeeper.tasks.download, "_fill_shared_copy", fill_while_the_user_writes)
+    assert ensure_model("raced-link") == "Failed"
+    message = wk.registry.get_model("raced-link").local_paths[0].message
+    assert ("is not a link" if planted == "file" else "is no longer empty") in message and "move it away" in message
+    notes = path if planted == "file" else path / "notes.txt"
+    assert notes.read_bytes() == b"the user's notes" and not path.is_symlink()
+    assert [p.name for p in path.parent.iterdir() if p.name.endswith(".link")] == []
+    monkeypatch.setattr(weightkeeper.tasks.download, "_fill_shared_copy", fill)
+    os.rename(path, path.with_name("moved-away"))
+    assert ensure_model("raced-link") == "Ready" and path.is_symlink()
+
+
 # -- 4. adoption and a replaced directory --------------------------------------------------------------------------
 
 
@@ -494,7 +551,8 @@ def test_the_cli_refuses_nesting_and_dot_segments_in_one_line(wk, subpath, expec
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("planted", ["fifo", "fifo-held-open", "link-to-dev-zero", "100-mib-file"])
+@pytest.mark.parametrize("planted", ["fifo", "fifo-held-open", "link-to-dev-zero", "100-mib-file",
+                                     "claims-unwritten-bytes"])
 def test_a_planted_ranges_file_neither_blocks_nor_floods_the_download(wk, hub, monkeypatch, planted):
     monkeypatch.setattr(download, "PART_BYTES", 32 * 1024)  # the shard goes as 8 ranges, with a .ranges file
     files = tiny_files(f"ranges-{planted}", shards=1, shard_size=256 * 1024)
@@ -510,6 +568,11 @@ def test_a_planted_ranges_file_neither_blocks_nor_floods_the_download(wk, hub, m
             writer = os.open(ranges, os.O_RDWR | os.O_NONBLOCK)
     elif planted == "link-to-dev-zero":
         ranges.symlink_to("/dev/zero")
+    elif planted == "claims-unwritten-bytes":  # every range done, the partial file short: nothing to hash
+        size = len(files[ONE_SHARD])
+        parts = [[p.start, p.end, p.end - p.start] for p in download.plan_parts(size)]
+        ranges.write_text(json.dumps({"size": size, "parts": parts}))
+        ranges.with_name(f"{ONE_SHARD}.part").write_bytes(b"x" * 1000)
     else:
         with open(ranges, "wb") as f:
             f.truncate(100 << 20)

@@ -51,8 +51,10 @@ def test_saved_progress_is_used_only_when_it_fits_the_file():
     parts = plan_parts(size)
     parts[2].done = 5
     saved = json.dumps({"size": size, "parts": [[p.start, p.end, p.done] for p in parts]})
-    assert load_parts(size, saved, 0) == parts
-    assert frontier(load_parts(size, saved, 0)) == parts[0].start
+    have = parts[2].start + 5  # the partial file ends where range 2 stopped
+    assert load_parts(size, saved, have) == parts
+    assert frontier(load_parts(size, saved, have)) == parts[0].start
+    assert [p.done for p in load_parts(size, saved, have - 2)] == [0, 0, 3, 0]  # not beyond the file's end
     for bad in (None, "", "{", "[]", json.dumps({"size": size + 1, "parts": []}),
                 json.dumps({"size": size, "parts": [[0, size, 0]]}),  # other boundaries
                 json.dumps({"size": size, "parts": [[p.start, p.end, p.end - p.start + 1] for p in parts]})):

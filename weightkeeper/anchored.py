@@ -11,18 +11,34 @@ at the moment of the system call.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import stat
 import uuid
 from collections.abc import Iterable, Iterator
 
-from weightkeeper.errors import CleanupError, LinkInTheWayError, UnsafePathError
+from weightkeeper.errors import CleanupError, LinkInTheWayError, NotOursError, UnsafePathError
 from weightkeeper.guard import VolumeRule, check_removable
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # O_NONBLOCK: a planted FIFO never blocks an open
 SMALL_FILE_BYTES = 1 << 20  # what `read_small` reads at most (markers, range progress)
+RENAME_EXCHANGE = 2  # renameat2(2): swap two entries atomically
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _exchange(fd: int, a: str, b: str) -> bool:
+    """Swap entries `a` and `b` of directory `fd` atomically; False where the file system cannot (NFS, old kernels)."""
+    renameat2 = getattr(_LIBC, "renameat2", None)
+    if renameat2 is None:
+        return False
+    if renameat2(fd, os.fsencode(a), fd, os.fsencode(b), RENAME_EXCHANGE) != 0:
+        err = ctypes.get_errno()
+        if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            return False
+        raise OSError(err, os.strerror(err), b)
+    return True
 
 
 def _segments(relative: str) -> list[str]:
@@ -220,14 +236,32 @@ class Dir:
         os.rename(name, new, src_dir_fd=self.fd, dst_dir_fd=to.fd)
 
     def symlink(self, target: str, name: str) -> None:
-        """Point `name` at `target` atomically: a new link renamed over whatever is there (not a directory)."""
+        """Point `name` at `target`: a link created where nothing is, or swapped atomically with the link there.
+        Anything else standing there (a user's file, directory or FIFO, even one put there a moment ago) is left
+        in place: `NotOursError`. Where the file system cannot swap, the link is renamed over the link checked."""
+        try:
+            os.symlink(target, name, dir_fd=self.fd)
+            return
+        except FileExistsError:
+            pass
+        refused = NotOursError(f"{self.path(name)} is not a link: it is left alone, and not linked")
+        if not self.is_link(name):
+            raise refused
         tmp = f".{name}.{uuid.uuid4().hex[:8]}.link"
         os.symlink(target, tmp, dir_fd=self.fd)
         try:
-            self.rename(tmp, self, name)
-        except OSError:
-            os.unlink(tmp, dir_fd=self.fd)
-            raise
+            if not _exchange(self.fd, tmp, name):
+                self.rename(tmp, self, name)
+                return
+            if not self.is_link(tmp):  # what was swapped out is not the link checked: put it back
+                _exchange(self.fd, tmp, name)
+                raise refused
+        finally:
+            self.unlink(tmp)
+
+    def is_link(self, name: str) -> bool:
+        st = self.lstat(name)
+        return st is not None and stat.S_ISLNK(st.st_mode)
 
     def readlink(self, name: str) -> str | None:
         try:

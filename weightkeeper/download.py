@@ -210,7 +210,8 @@ def plan_parts(size: int, have: int = 0) -> list[Part]:
 
 
 def load_parts(size: int, saved: str | None, have: int) -> list[Part]:
-    """The ranges' progress from the `.ranges` file when it fits this file, else `plan_parts(size, have)`."""
+    """The ranges' progress from the `.ranges` file when it fits this file, else `plan_parts(size, have)`. No range
+    counts bytes beyond the `have` the partial file holds: they could not be hashed back, every run over."""
     try:
         raw = json.loads(saved) if saved else None
         parts = [Part(*map(int, p)) for p in raw["parts"]] if raw and raw.get("size") == size else None
@@ -218,7 +219,7 @@ def load_parts(size: int, saved: str | None, have: int) -> list[Part]:
         parts = None
     if parts and [(p.start, p.end) for p in parts] == [(p.start, p.end) for p in plan_parts(size)] and all(
             0 <= p.done <= p.end - p.start for p in parts):
-        return parts
+        return [Part(p.start, p.end, min(p.done, max(have - p.start, 0))) for p in parts]
     return plan_parts(size, have)
 
 
