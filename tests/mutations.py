@@ -631,7 +631,7 @@ MUTATIONS = {
         "tests/test_attacks.py::test_symlink_creates_or_swaps_a_link_and_leaves_anything_else_alone"),
     "link-renamed-over-anything": (
         "weightkeeper/anchored.py", ("        if not self.is_link(name):\n            raise refused\n",
-                                     "            if not _exchange(self.fd, tmp, name):"),
+                                     "            if not _rename2(self.fd, tmp, name, RENAME_EXCHANGE):"),
         ("", "            if True:"),
         "tests/test_attacks.py::test_symlink_creates_or_swaps_a_link_and_leaves_anything_else_alone "
         "tests/test_attacks.py::test_a_path_filled_while_its_shared_copy_downloads_is_left_to_the_user"),
@@ -640,6 +640,32 @@ MUTATIONS = {
         "        return parts",
         "tests/test_attacks.py::test_a_planted_ranges_file_neither_blocks_nor_floods_the_download"
         " tests/test_download.py::test_saved_progress_is_used_only_when_it_fits_the_file"),
+    "model-dir-opened-by-name": (
+        "weightkeeper/fsops.py", "        d = parent.make_dir(name)  # never one put there meanwhile",
+        "        d = parent.descend(name, create=True)",
+        "tests/test_attacks.py::test_a_directory_renamed_onto_the_path_while_it_is_made_is_never_adopted"),
+    "made-dir-not-checked": (
+        "weightkeeper/anchored.py", "            if os.fstat(fd).st_uid != os.geteuid() or os.listdir(fd):",
+        "            if False:",
+        "tests/test_attacks.py::test_make_dir_refuses_a_taken_name_and_a_swapped_directory"),
+    "reuse-copies-before-the-size-check": (
+        "weightkeeper/anchored.py", "            if st.st_size != size:\n", "            if False:\n",
+        "tests/test_reuse.py::test_a_planted_file_of_another_size_is_refused_before_any_byte_is_copied"),
+    "token-follows-to-hub-origins": (
+        "weightkeeper/hub.py", "        if _origin(target) != _origin(home):\n            return target",
+        "        if not __import__('huggingface_hub.utils._http', fromlist=['_']).\\\n"
+        "                _is_same_or_hub_host(url, target):\n            return target",
+        "tests/test_hub_answers.py::test_the_token_never_follows_a_redirect_to_huggingface_co_from_another_endpoint"),
+    "listing-follows-any-redirect": (
+        "weightkeeper/hub.py", "                if _origin(target) != _origin(home):\n                    raise DownloadError(",
+        "                if False:\n                    raise DownloadError(",
+        "tests/test_hub_answers.py::test_a_listing_redirected_to_another_origin_is_refused"),
+    "listing-without-deadline": (
+        "weightkeeper/hub.py", "                if time.monotonic() > deadline:", "                if False:",
+        "tests/test_hub_answers.py::test_a_listing_that_drips_or_floods_is_cut"),
+    "listing-unbounded": (
+        "weightkeeper/hub.py", "                if len(body) > cap:", "                if False:",
+        "tests/test_hub_answers.py::test_a_listing_that_drips_or_floods_is_cut"),
     "sizing-waits-for-budget": (
         "weightkeeper/service.py", "        if seconds is not None:\n            raise UnavailableError(",
         "        if False:\n            raise UnavailableError(",

@@ -470,6 +470,87 @@ def test_a_path_filled_while_its_shared_copy_downloads_is_left_to_the_user(wk, h
 # -- 4. adoption and a replaced directory --------------------------------------------------------------------------
 
 
+def _rename_full_dir_onto(prepared: str, path: str, stop) -> None:
+    """The attacker's process: again and again, rename a directory full of their files onto the model path
+    whenever it is free (renameat2 RENAME_NOREPLACE), as a user who can write the parent can."""
+    a, b = os.fsencode(prepared), os.fsencode(path)
+    while not stop.is_set():
+        _libc.renameat2(-100, a, -100, b, 1)
+
+
+def test_a_directory_renamed_onto_the_path_while_it_is_made_is_never_adopted(tmp_path):
+    """weightkeeper replaces an empty directory someone left at the path by one of its own; meanwhile the user
+    renames a full directory there. Before, 103 tries in 300 adopted the user's directory as weightkeeper's."""
+    import multiprocessing
+
+    from weightkeeper.anchored import open_parent
+    from weightkeeper.errors import DownloadError
+    from weightkeeper.fsops import own_directory
+    from weightkeeper.guard import VolumeRule
+
+    volume = tmp_path / "vol"
+    (volume / "alice" / "models").mkdir(parents=True)
+    path, prepared = volume / "alice" / "models" / "acme--m", volume / "alice" / "prepared"
+    context = multiprocessing.get_context("fork")
+    stop = context.Event()
+    attacker = None
+    adopted = made = refused = 0
+    try:
+        for _ in range(200):
+            for p in (prepared, path):  # the attacker's first: else it is renamed onto the free path
+                shutil.rmtree(p, ignore_errors=True)
+            path.mkdir()  # the empty directory weightkeeper replaces
+            staging = prepared.with_name("prepared.tmp")
+            staging.mkdir()
+            (staging / "thesis.tex").write_text("the user's")
+            staging.rename(prepared)
+            if attacker is None:
+                attacker = context.Process(target=_rename_full_dir_onto, args=(str(prepared), str(path), stop))
+                attacker.start()
+            parent, leaf = open_parent(str(path), [VolumeRule(str(volume))], create=True)
+            with parent:
+                try:
+                    d, _ = own_directory(parent, leaf, str(path), None)
+                except DownloadError as e:
+                    assert "someone else" in str(e) or "already holds files" in str(e), e
+                    refused += 1
+                    continue
+                with d:
+                    adopted += "thesis.tex" in d.entries()
+                    made += not d.entries()
+    finally:
+        stop.set()
+        if attacker is not None:
+            attacker.join()
+    assert adopted == 0 and made + refused == 200
+    assert [n for n in os.listdir(path.parent) if n.endswith(".new")] == []  # no directory left half-made
+
+
+def test_make_dir_refuses_a_taken_name_and_a_swapped_directory(tmp_path, monkeypatch):
+    import weightkeeper.anchored as anchored
+
+    (tmp_path / "d" / "taken").mkdir(parents=True)
+    with Dir.root(tmp_path / "d") as d:
+        with pytest.raises(FileExistsError):
+            d.make_dir("taken")
+        mkdir = os.mkdir
+
+        def made_then_swapped(name, mode=0o777, *, dir_fd=None):  # the attacker swaps in their own, owned by them
+            mkdir(name, mode, dir_fd=dir_fd)
+            os.rmdir(name, dir_fd=dir_fd)
+            mkdir(name, mode, dir_fd=dir_fd)
+            os.chown(name, 4242, 4242, dir_fd=dir_fd)
+
+        monkeypatch.setattr(anchored.os, "mkdir", made_then_swapped)
+        with pytest.raises(FileExistsError):
+            d.make_dir("new")
+        monkeypatch.undo()
+        with d.make_dir("mine") as mine:
+            assert mine.entries() == [] and os.fstat(mine.fd).st_uid == os.geteuid()
+    left = sorted(os.listdir(tmp_path / "d"))
+    assert left[:1] == [n for n in left if n.endswith(".new")] and left[1:] == ["mine", "taken"]  # theirs is kept
+
+
 @pytest.mark.parametrize("planted", ["same-names-and-sizes", "partial-files"])
 def test_files_planted_after_declaration_are_never_adopted(wk, hub, planted):
     files = tiny_files(f"adopt-{planted}")

@@ -17,12 +17,13 @@ from test_lifecycle import in_thread, wait_until
 from weightkeeper.flows.delete_model import delete_model
 from weightkeeper.flows.ensure_model import ensure_model
 from weightkeeper.tasks.download import download_snapshot
+from weightkeeper.tasks.snapshot import resolve_revision
 from weightkeeper.anchored import Dir
 from weightkeeper.config import S3Settings, load_settings
 from weightkeeper.download import RemoteFile, Snapshot, fetch_files
 from weightkeeper.errors import ConfigError, DownloadError
 from weightkeeper.hub import redirect_problem
-from weightkeeper.hubserver import HubServer
+from weightkeeper.hubserver import LISTING, HubServer
 from weightkeeper.prefectserver import free_port
 from weightkeeper.s3 import make_client, s3_transfer
 from weightkeeper.verify import verify_copy
@@ -278,6 +279,62 @@ def test_a_cdn_on_another_origin_needs_the_allow_list(wk, hub):
     path = wk.registry.get_model("cdn").local_paths[0].path
     assert Path(path, SHARD).read_bytes() == files[SHARD]
     assert any(r.path.startswith("/cdn/") for r in hub.requests if r.repo_id == repo)
+
+
+def test_a_listing_redirected_to_another_origin_is_refused(wk, hub, other_hub):
+    """`huggingface_hub`'s session follows up to 20 redirects anywhere: the listing of a revision is asked here, and
+    a redirect is followed only within the endpoint's origin (where a renamed repository's is)."""
+    repo, files, commit = add(hub, "listing-redir")
+    other_hub.add_repo(repo, files)
+    hub.redirect(f"{other_hub.url}/api/models/{repo}/revision/{commit}?blobs=true&sig=secret",
+                 repo_id=repo, filename=LISTING)  # refused at once: not asked again
+    wk.declare("listing-redir", f"hf://{repo}", workspaces=["team-a"])
+    assert ensure_model("listing-redir") == "Failed"
+    message = failed(wk, "listing-redir")
+    assert f"redirected the listing of the files of {repo} on {hub.url} to {other_hub.url}/api/models/" in message
+    assert "refused: only its own origin is followed" in message and "secret" not in message
+    assert other_hub.requests == []
+    hub.redirect(f"{hub.url}/api/models/{repo}/revision/{commit}?blobs=true", repo_id=repo, filename=LISTING)
+    assert ensure_model("listing-redir") == "Ready"  # within the origin: followed
+
+
+def test_a_listing_that_drips_or_floods_is_cut(wk, hub, monkeypatch):
+    import weightkeeper.hub
+
+    monkeypatch.setattr(weightkeeper.hub, "API_TIMEOUT_SECONDS", 2.0)
+    monkeypatch.setattr(resolve_revision, "retry_delay_seconds", [0, 0])
+    repo, _, _ = add(hub, "listing-drip")
+    hub.drip(64, 0.5, count=10, repo_id=repo, filename=LISTING)  # each read is quick, the whole is not
+    wk.declare("listing-drip", f"hf://{repo}", workspaces=["team-a"])
+    started = time.monotonic()
+    assert ensure_model("listing-drip") == "Failed"
+    assert time.monotonic() - started < 20  # three attempts of about 2 s
+    assert "took over 2 s to list the files of" in failed(wk, "listing-drip")
+
+    repo, _, _ = add(hub, "listing-flood")
+    hub.tamper(repo, cardData={"padding": "x" * (2 << 20)})
+    wk.rewrite(hf_endpoint=hub.url, max_manifest_files=10)
+    wk.declare("listing-flood", f"hf://{repo}", workspaces=["team-a"])
+    assert ensure_model("listing-flood") == "Failed"
+    assert f"the listing is over {(1 << 20) + 4096 * 10} bytes (max_manifest_files 10)" in failed(wk, "listing-flood")
+
+
+def test_the_token_never_follows_a_redirect_to_huggingface_co_from_another_endpoint(wk, hub, other_hub, monkeypatch):
+    """A mirror (the endpoint) redirects a file to huggingface.co, which `huggingface_hub` trusts with the token
+    whatever the endpoint (no network here: the other server stands for it, made one of its Hub origins)."""
+    import huggingface_hub.utils._http as hf_http
+    from prefect.blocks.system import Secret
+
+    monkeypatch.setattr(hf_http, "_HUB_ORIGINS", hf_http._HUB_ORIGINS | {hf_http._url_origin(other_hub.url)})
+    repo, files, commit = add(hub, "mirror")
+    other_hub.add_repo(repo, files)
+    Secret(value="hf_MIRRORtoken123456").save("hf-token-mirror", overwrite=True)
+    hub.redirect(f"{other_hub.url}/{repo}/resolve/{commit}/{SHARD}", count=100, repo_id=repo, filename=SHARD)
+    wk.rewrite(hf_endpoint=hub.url, hub_redirect_hosts=[other_hub.url.split("://")[1]])
+    wk.declare("mirror", f"hf://{repo}", workspaces=["team-a"], token_block="hf-token-mirror")
+    assert ensure_model("mirror") == "Ready"
+    assert other_hub.requests and not any(r.authorization_present for r in other_hub.requests)
+    assert any(r.authorization_present for r in hub.requests if r.repo_id == repo)
 
 
 def test_a_signed_url_that_cannot_be_reached_never_reaches_a_message_or_a_log(wk, hub, quick_retries, caplog):

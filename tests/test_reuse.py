@@ -172,6 +172,25 @@ def test_a_gated_repositorys_files_never_reach_a_model_without_its_token(wk, hub
     assert ensure_model("entitled-3") == "Ready" and fetched(hub, "acme/gated-reuse") == []  # same token: reused
 
 
+def test_a_planted_file_of_another_size_is_refused_before_any_byte_is_copied(wk, hub, caplog):
+    """The user swaps a verified copy's file for a sparse 256 MiB one (in a directory they renamed there): reuse
+    refuses it on its size before linking or copying, so it never fills the volume; the file is fetched."""
+    a, _ = two_commits(hub, "acme/evolve-sparse")
+    wk.declare("sparse-a", f"hf://acme/evolve-sparse@{a}", workspaces=["team-a"])
+    assert ensure_model("sparse-a") == "Ready"
+    old = wk.registry.get_model("sparse-a").local_paths[0].path
+    os.unlink(f"{old}/{SHARDS[0]}")
+    with open(f"{old}/{SHARDS[0]}", "wb") as planted:
+        planted.truncate(256 << 20)
+    hub.reset_stats()
+    wk.declare("sparse-b", "hf://acme/evolve-sparse@main", workspaces=["team-a"], subpath="models/next")
+    assert ensure_model("sparse-b") == "Ready"
+    assert SHARDS[0] in fetched(hub, "acme/evolve-sparse")
+    assert f"{256 << 20} bytes, not the {96 * 1024} recorded" in caplog.text
+    new = wk.registry.get_model("sparse-b").local_paths[0].path
+    assert open(f"{new}/{SHARDS[0]}", "rb").read() == commit_files("A")[SHARDS[0]]
+
+
 def test_a_file_someone_else_may_write_is_copied_never_linked(wk, hub):
     a, b = two_commits(hub, "acme/evolve-open")
     wk.declare("open-a", f"hf://acme/evolve-open@{a}", workspaces=["team-a"])

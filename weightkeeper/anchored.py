@@ -11,6 +11,7 @@ at the moment of the system call.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -24,16 +25,16 @@ from weightkeeper.guard import VolumeRule, check_removable
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # O_NONBLOCK: a planted FIFO never blocks an open
 SMALL_FILE_BYTES = 1 << 20  # what `read_small` reads at most (markers, range progress)
-RENAME_EXCHANGE = 2  # renameat2(2): swap two entries atomically
+RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2  # renameat2(2): fail if the new name exists; swap two entries atomically
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
-def _exchange(fd: int, a: str, b: str) -> bool:
-    """Swap entries `a` and `b` of directory `fd` atomically; False where the file system cannot (NFS, old kernels)."""
+def _rename2(fd: int, a: str, b: str, flags: int) -> bool:
+    """renameat2 of `a` to `b` in directory `fd`; False where the file system cannot (NFS, old kernels)."""
     renameat2 = getattr(_LIBC, "renameat2", None)
     if renameat2 is None:
         return False
-    if renameat2(fd, os.fsencode(a), fd, os.fsencode(b), RENAME_EXCHANGE) != 0:
+    if renameat2(fd, os.fsencode(a), fd, os.fsencode(b), flags) != 0:
         err = ctypes.get_errno()
         if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
             return False
@@ -61,12 +62,13 @@ def _open_child(fd: int, name: str, create: bool, mode: int) -> int:
     return os.open(name, DIR_FLAGS, dir_fd=fd)
 
 
-def _copy(src: int, dst: int) -> None:
-    """Copy all of `src` into `dst`: `copy_file_range` (extents shared where the filesystem can), or where the
-    kernel will not between these two filesystems, `sendfile`."""
+def _copy(src: int, dst: int, size: int) -> None:
+    """Copy the first `size` bytes of `src` (fewer if it ends first) into `dst`: `copy_file_range` (extents shared
+    where the filesystem can), or where the kernel will not between these two filesystems, `sendfile`."""
+    left = size
     try:
-        while os.copy_file_range(src, dst, 1 << 30):
-            pass
+        while left and (n := os.copy_file_range(src, dst, min(left, 1 << 30))):
+            left -= n
         return
     except OSError as e:
         if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
@@ -74,8 +76,9 @@ def _copy(src: int, dst: int) -> None:
     os.lseek(src, 0, os.SEEK_SET)
     os.lseek(dst, 0, os.SEEK_SET)
     os.ftruncate(dst, 0)
-    while os.sendfile(dst, src, None, 1 << 30):
-        pass
+    left = size
+    while left and (n := os.sendfile(dst, src, None, min(left, 1 << 30))):
+        left -= n
 
 
 class Dir:
@@ -130,6 +133,30 @@ class Dir:
         except BaseException:
             os.close(fd)
             raise
+
+    def make_dir(self, name: str, mode: int = 0o755) -> Dir:
+        """A directory `name` made here and now, and this process's own: `FileExistsError` when anything stands
+        there, even if put there a moment ago. It is made under a temporary name, opened and checked (owned by
+        this process's user, empty), then renamed into place without replacing anything (where the file system
+        cannot, after checking the name is free): the Dir is the directory made, whatever is renamed around it."""
+        tmp = f".{name}.{uuid.uuid4().hex[:8]}.new"
+        os.mkdir(tmp, mode, dir_fd=self.fd)
+        fd = os.open(tmp, DIR_FLAGS, dir_fd=self.fd)
+        try:
+            if os.fstat(fd).st_uid != os.geteuid() or os.listdir(fd):
+                raise FileExistsError(errno.EEXIST, "replaced while it was made", self.path(name))
+            if not _rename2(self.fd, tmp, name, RENAME_NOREPLACE):
+                if self.lstat(name) is not None:
+                    raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), self.path(name))
+                os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except BaseException:
+            os.close(fd)
+            st = self.lstat(tmp)
+            if st is not None and st.st_uid == os.geteuid() and stat.S_ISDIR(st.st_mode):
+                with contextlib.suppress(OSError):
+                    os.rmdir(tmp, dir_fd=self.fd)  # only ever an empty one
+            raise
+        return Dir(fd, self.path(name))
 
     def entries(self) -> list[str]:
         return os.listdir(self.fd)
@@ -197,17 +224,21 @@ class Dir:
             os.close(fd)
         self.rename(tmp, self, name)
 
-    def take(self, src: Dir, name: str, new: str) -> tuple[str, int]:
+    def take(self, src: Dir, name: str, new: str, size: int) -> tuple[str, int]:
         """Make `new` here (a name that must not exist) the regular file `name` of `src`, which is opened first
         without following a link, so the file checked is the file put here: a hard link to that very inode
         (`linkat` of the open descriptor) when both are on one filesystem and the inode is this process's and
-        writable by no one else, else a copy (`copy_file_range`, which shares extents where the filesystem can).
-        Returns "hard link" or "copy", and a descriptor open on the result (the caller closes it)."""
+        writable by no one else, else a copy (`copy_file_range`, which shares extents where the filesystem can)
+        of at most `size` bytes. A file not of `size` bytes is refused before either (a planted sparse or growing
+        file never fills the volume). Returns "hard link" or "copy", and a descriptor open on the result (the
+        caller closes it)."""
         fd = src.open(name, os.O_RDONLY)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise UnsafePathError(f"refusing {src.path(name)}: not a regular file")
+            if st.st_size != size:
+                raise UnsafePathError(f"refusing {src.path(name)}: {st.st_size} bytes, not the {size} recorded")
             os.set_blocking(fd, True)
             try:  # only an inode this process owns and nobody else may write: no one can change it under the link
                 if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
@@ -221,7 +252,7 @@ class Dir:
             out = self.open(new, os.O_RDWR | os.O_CREAT | os.O_EXCL)
             try:
                 os.set_blocking(out, True)
-                _copy(fd, out)
+                _copy(fd, out, size)
                 os.lseek(out, 0, os.SEEK_SET)
             except BaseException:
                 os.close(out)
@@ -250,11 +281,11 @@ class Dir:
         tmp = f".{name}.{uuid.uuid4().hex[:8]}.link"
         os.symlink(target, tmp, dir_fd=self.fd)
         try:
-            if not _exchange(self.fd, tmp, name):
+            if not _rename2(self.fd, tmp, name, RENAME_EXCHANGE):
                 self.rename(tmp, self, name)
                 return
             if not self.is_link(tmp):  # what was swapped out is not the link checked: put it back
-                _exchange(self.fd, tmp, name)
+                _rename2(self.fd, tmp, name, RENAME_EXCHANGE)
                 raise refused
         finally:
             self.unlink(tmp)

@@ -51,7 +51,8 @@ def own_directory(parent: Dir, name: str, path: str, made: str | None) -> tuple[
     """The model directory `name` in `parent`, made by weightkeeper: (its Dir, what to record as made).
 
     The directory weightkeeper made before (`made` is its identity) is used as is. A missing one is
-    made; an empty one someone else made is replaced by a new one. A directory that holds anything
+    made; an empty one someone else made is replaced by a new one (`Dir.make_dir`: never one renamed there
+    meanwhile). A directory that holds anything
     weightkeeper did not write is refused, naming what it holds: weightkeeper never adopts files.
     """
     st = parent.lstat(name)
@@ -76,7 +77,10 @@ def own_directory(parent: Dir, name: str, path: str, made: str | None) -> tuple[
             parent.rmdir(name)  # only ever removes an empty directory
         except OSError as e:
             raise DownloadError(f"{path} could not be taken over: {e.strerror or e}", permanent=True) from None
-    d = parent.descend(name, create=True)
+    try:
+        d = parent.make_dir(name)  # never one put there meanwhile
+    except FileExistsError:
+        raise DownloadError(f"{path} was made by someone else while weightkeeper made it; will retry") from None
     return d, d.identity()
 
 

@@ -1,7 +1,7 @@
 """The Hugging Face Hub side of a download: `huggingface_hub` resolves, pooled ranged GETs fetch.
 
-`huggingface_hub` resolves the revision and its files (`model_info`) and each file's location
-(`get_hf_file_metadata`: a HEAD whose errors become its typed errors). The bytes then come as
+`huggingface_hub` resolves the revision and its files (`model_info`); each file's location is a HEAD
+sent through its session, whose errors `hf_raise_for_status` makes its typed errors. The bytes then come as
 ranged GETs over urllib3's pooled connections, several per large file: `hf download` streams a
 file through one connection in Python-sized chunks, which is what limits it. The token goes to
 the endpoint's own origin only, never to a CDN the Hub redirects a file to. Proxies come from
@@ -23,16 +23,18 @@ from __future__ import annotations
 
 import http.client
 import ipaddress
+import json
 import socket
 import threading
+import time
 import urllib.request
 from collections.abc import Callable, Collection
 from typing import TypeVar
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 import httpx2
 import urllib3
-from huggingface_hub import HfApi, constants, get_hf_file_metadata, hf_hub_url
+from huggingface_hub import ModelInfo, constants, hf_hub_url
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
@@ -40,7 +42,7 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.utils import build_hf_headers
+from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
 from weightkeeper.anchored import Dir
 from weightkeeper.download import (
@@ -63,6 +65,7 @@ from weightkeeper.planning import select_files
 from weightkeeper.watchdog import Pace, current, read_body
 
 API_TIMEOUT_SECONDS = 30.0
+LISTING_BYTES, LISTING_BYTES_PER_FILE = 1 << 20, 4096  # what a revision's listing may hold
 MAX_REDIRECTS = 5
 # urllib3 retries connecting; redirects are followed here, each checked (`redirect_problem`); a body
 # cut short is resumed by weightkeeper.download from the bytes written.
@@ -182,6 +185,8 @@ def _hub_call(call: Callable[[], R], source: HfSource, endpoint: str | None) -> 
         if e.response is not None and e.response.status_code == 429:
             raise Throttled(e.response.headers) from None
         raise hub_error(e, source, endpoint) from None
+    except DownloadError:  # ours, as it is
+        raise
     except Exception as e:  # noqa: BLE001 - every client error becomes a DownloadError
         raise hub_error(e, source, endpoint) from None
 
@@ -195,11 +200,9 @@ def resolve_snapshot(source: HfSource, endpoint: str | None, token: str | None, 
                      exclude: list[str] | None = None) -> Snapshot:
     """One request: the commit of the revision (a 40-hex revision as is) and the files to fetch (`select_files`
     with the model's patterns), checked."""
-    api = HfApi(endpoint=endpoint, token=token or False)
     home = endpoint or constants.ENDPOINT
-    info = budget.call(budget_key(home, token), "api", lambda: _hub_call(lambda: api.model_info(
-        source.repo_id, revision=source.revision, files_metadata=True, timeout=API_TIMEOUT_SECONDS), source, endpoint),
-        f"{source.repo_id} on {home}")
+    info = budget.call(budget_key(home, token), "api", lambda: _hub_call(
+        lambda: model_info(source, home, token, limits), source, endpoint), f"{source.repo_id} on {home}")
     where = f"{source.repo_id} from {endpoint or 'the Hugging Face Hub'}"
     if source.pinned_commit and info.sha != source.pinned_commit:
         raise DownloadError(f"refusing {where}: it answered commit {shown(info.sha)} for {source.uri}",
@@ -218,6 +221,43 @@ def resolve_snapshot(source: HfSource, endpoint: str | None, token: str | None, 
                           where, limits)
 
 
+def model_info(source: HfSource, home: str, token: str | None, limits: Limits) -> ModelInfo:
+    """The revision's commit and files (`/api/models/<repo>/revision/<rev>?blobs=true` on the endpoint `home`), as
+    `HfApi.model_info` asks, but bounded: a redirect is followed only within `home`'s origin (a renamed repository),
+    the answer may take API_TIMEOUT_SECONDS in all and hold LISTING_BYTES_PER_FILE per `max_manifest_files`."""
+    url = f"{home}/api/models/{source.repo_id}/revision/{quote(source.revision, safe='')}?blobs=true"
+    headers = build_hf_headers(token=token or False, library_name="weightkeeper")
+    cap = LISTING_BYTES + LISTING_BYTES_PER_FILE * limits.max_manifest_files
+    deadline = time.monotonic() + API_TIMEOUT_SECONDS
+    where = f"the files of {source.repo_id} on {home}"
+    for _ in range(MAX_REDIRECTS + 1):
+        with get_session().stream("GET", url, headers=headers, timeout=API_TIMEOUT_SECONDS,
+                                  follow_redirects=False) as response:
+            if response.has_redirect_location:
+                target = urljoin(url, response.headers["Location"])
+                if _origin(target) != _origin(home):
+                    raise DownloadError(f"{home} redirected the listing of {where} to {without_query(target)}; "
+                                        "refused: only its own origin is followed", permanent=True)
+                url = target
+                continue
+            body = bytearray()
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > cap:
+                    raise DownloadError(f"refusing {where}: the listing is over {cap} bytes (max_manifest_files "
+                                        f"{limits.max_manifest_files})", permanent=True)
+                if time.monotonic() > deadline:
+                    raise DownloadError(f"{home} took over {API_TIMEOUT_SECONDS:.0f} s to list {where}; will retry")
+            response._content = bytes(body)  # read: what `hf_raise_for_status` reads an error from
+            hf_raise_for_status(response)
+            try:
+                return ModelInfo(**json.loads(body))
+            except (ValueError, TypeError, KeyError) as e:
+                raise DownloadError(f"refusing {where}: the listing is not a model's ({shown(str(e))})",
+                                    permanent=True) from None
+    raise DownloadError(f"{home} redirected the listing of {where} more than {MAX_REDIRECTS} times; will retry")
+
+
 def _selected(names: Collection[str], include: list[str] | None, exclude: list[str] | None, where: str) -> list[str]:
     try:
         return select_files(names, include, exclude)
@@ -225,14 +265,33 @@ def _selected(names: Collection[str], include: list[str] | None, exclude: list[s
         raise DownloadError(f"{where}: {e}", permanent=True) from None
 
 
+def locate_file(url: str, token: str | None, home: str) -> str:
+    """Where the bytes of the file at `url` (its `/resolve/` URL on the endpoint `home`) are served: one HEAD, and
+    one more per redirect within `home`'s origin. A redirect elsewhere (a CDN) is answered, not followed: the token
+    never leaves that origin (`huggingface_hub`'s own HEAD also sends it to huggingface.co and hf.co, whatever the
+    endpoint). Errors are `huggingface_hub`'s typed ones; the answer is checked by the caller."""
+    headers = {**build_hf_headers(token=token or False, library_name="weightkeeper"), "Accept-Encoding": "identity"}
+    for _ in range(MAX_REDIRECTS + 1):
+        response = get_session().request("HEAD", url, headers=headers, timeout=API_TIMEOUT_SECONDS,
+                                         follow_redirects=False)
+        hf_raise_for_status(response)
+        if not response.has_redirect_location:
+            return url
+        target = urljoin(url, response.headers["Location"])
+        if _origin(target) != _origin(home):
+            return target
+        url = target
+    raise DownloadError(f"{home} redirected {url} more than {MAX_REDIRECTS} times; will retry")
+
+
 def check_access(source: HfSource, path: str, endpoint: str | None, token: str | None,
                  budget: HubBudget = UNMETERED) -> None:
     """One request (a HEAD of `path` at the source's revision, from the resolve budget) that proves `token` may read
     the repository's files: a DownloadError as a download would raise otherwise (gated, private, gone)."""
     url = hf_hub_url(source.repo_id, path, revision=source.revision, endpoint=endpoint)
-    budget.call(budget_key(endpoint or constants.ENDPOINT, token), "resolve", lambda: _hub_call(
-        lambda: get_hf_file_metadata(url, token=token or False, timeout=API_TIMEOUT_SECONDS, endpoint=endpoint,
-                                     library_name="weightkeeper"), source, endpoint), f"{path} of {source.repo_id}")
+    home = endpoint or constants.ENDPOINT
+    budget.call(budget_key(home, token), "resolve", lambda: _hub_call(lambda: locate_file(url, token, home), source,
+                                                                      endpoint), f"{path} of {source.repo_id}")
 
 
 def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str | None,
@@ -263,10 +322,8 @@ def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str
         try:
             if remote.path not in located:
                 url = hf_hub_url(source.repo_id, remote.path, revision=commit, endpoint=endpoint)
-                meta = budget.call(key, "resolve", lambda: _hub_call(lambda: get_hf_file_metadata(
-                    url, token=token or False, timeout=API_TIMEOUT_SECONDS, endpoint=endpoint,
-                    library_name="weightkeeper"), source, endpoint), f"{remote.path} of {source.repo_id}")
-                located[remote.path] = check(remote, urljoin(url, meta.location)) if meta.location else url
+                located[remote.path] = check(remote, budget.call(key, "resolve", lambda: _hub_call(
+                    lambda: locate_file(url, token, home), source, endpoint), f"{remote.path} of {source.repo_id}"))
             return located[remote.path]
         finally:
             lock.release()

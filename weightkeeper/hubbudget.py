@@ -2,7 +2,7 @@
 first (`weightkeeper.registry.budget`), and a 429 answer is absorbed: its wait is recorded for every worker,
 then the request is sent again, at most THROTTLE_ATTEMPTS times.
 
-What counts: `model_info` is one `api` request; each file's HEAD (`get_hf_file_metadata`) and each GET of a
+What counts: `model_info` is one `api` request; each file's HEAD (`hub.locate_file`) and each GET of a
 range, or redirect hop, on the endpoint's origin is one `resolve` request. Requests to another origin (the
 CDN the Hub redirects LFS files to) are not the Hub's to count and take nothing. A HEAD the Hub redirects
 within its own origin (a renamed repository) counts once.

@@ -41,6 +41,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 CHUNK_SIZE = 1 << 20
+LISTING = "?listing"  # as `filename` of `redirect` or `drip`: the rule applies to a revision's model info instead
 LFS_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt", ".h5", ".msgpack", ".gguf", ".onnx")
 LFS_MIN_SIZE = 10 * 1024 * 1024
 LFS_POINTER_SIZE = 134
@@ -266,7 +267,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_HEAD = do_GET
 
-    def _send_json(self, status: int, obj, headers: dict[str, str] | None = None) -> None:
+    def _send_json(self, status: int, obj, headers: dict[str, str] | None = None, drip: _Rule | None = None) -> None:
         body = json.dumps(obj).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
@@ -274,8 +275,16 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
-        if self.command != "HEAD":
+        if self.command == "HEAD":
+            return
+        if drip is None:
             self.wfile.write(body)
+            return
+        with contextlib.suppress(OSError):  # the client gave up
+            for i in range(0, len(body), drip.nbytes):
+                self.wfile.write(body[i:i + drip.nbytes])
+                self.wfile.flush()
+                time.sleep(drip.every)
 
     def _api(self, m: re.Match, query: dict[str, list[str]]) -> None:
         revision = unquote(m["rev"]) if m["rev"] else "main"
@@ -285,8 +294,17 @@ class _Handler(BaseHTTPRequestHandler):
             path = unquote(m["rest"] or "").strip("/")
             self._send_json(200, _tree_json(commit, path, recursive))
         elif m["rest"] is None:
+            hub = self.server.hub
+            if location := hub._redirect_for(repo.repo_id, LISTING, self.command):
+                self.send_response(302)
+                self.send_header("Location", location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             blobs = query.get("blobs", ["false"])[-1].lower() in ("true", "1")
-            self._send_json(200, self.server.hub._tampered_json(repo.repo_id, _model_json(repo, commit, blobs)))
+            with hub._lock:
+                drip = hub._take(hub._drips, repo.repo_id, lambda name: name == LISTING)
+            self._send_json(200, hub._tampered_json(repo.repo_id, _model_json(repo, commit, blobs)), drip=drip)
         else:
             raise _HubError(404, "Not Found")
 
@@ -618,13 +636,15 @@ class HubServer:
 
     def drip(self, nbytes: int, every: float, *, count: int = 1, repo_id: str | None = None,
              filename: str | None = None) -> None:
-        """Make the next ``count`` matching body GETs send ``nbytes`` every ``every`` seconds (a stalling server)."""
+        """Make the next ``count`` matching body GETs (``filename=LISTING``: model infos) send ``nbytes`` every
+        ``every`` seconds (a stalling server)."""
         with self._lock:
             self._drips.append(_Rule(count, repo_id, filename, nbytes=nbytes, every=every))
 
     def redirect(self, url: str, *, count: int = 1, repo_id: str | None = None, filename: str | None = None,
                  method: str | None = None) -> None:
-        """Answer the next ``count`` matching ``/resolve/`` requests (of ``method``, or any) with a 302 to ``url``."""
+        """Answer the next ``count`` matching ``/resolve/`` requests (of ``method``, or any; ``filename=LISTING``: model
+        infos) with a 302 to ``url``."""
         with self._lock:
             self._redirects.append(_Rule(count, repo_id, filename, url=url, method=method))
 

@@ -61,7 +61,7 @@ def _put(target: Dir, source: Dir, source_path: str, remote: RemoteFile) -> str 
     tmp = f"{name}.{uuid.uuid4().hex[:8]}.reuse"
     with source.descend(src_folder) as src, target.descend(f"{PARTIAL_DIR}/{folder}".rstrip("/"), create=True) as \
             scratch, target.descend(folder, create=True) as dest:
-        how, fd = scratch.take(src, src_name, tmp)
+        how, fd = scratch.take(src, src_name, tmp, remote.size)
         try:
             good = os.fstat(fd).st_size == remote.size and _digest(fd, remote) == expected_digest(remote)
         finally:
