@@ -105,11 +105,12 @@ def _verify(settings: Settings, registry: Registry, artifacts: list[Artifact]) -
     due = {c.path: when.of(c.verified_at, c.checked_at, c.path_id) for c in own if c.status == READY}
     due |= {a.path: when.of(a.verified_at, a.checked_at, a.id) for a in shared if a.state == A_READY}
     manifests = registry.manifests({c.model_id for c in own if due.get(c.path) is not None})
-    wanted = [(a.path, a.files, a.id, True) for a in shared] + \
-             [(c.path, manifests[c.model_id], c.path_id, False) for c in own if c.model_id in manifests]
+    wanted = [(a.path, a.files, a.id, a.made) for a in shared] + \
+             [(c.path, manifests[c.model_id], c.path_id, None) for c in own if c.model_id in manifests]
+    artifacts = {a.path for a in shared}
     sizes = {id(files): listed(files) for _, files, *_ in wanted}  # a model's copies share its manifest
-    copies = [copy for path, files, key, artifact in wanted if due.get(path) is not None
-              and (copy := _copy(path, files, key, artifact, due[path], sizes[id(files)]))]
+    copies = [copy for path, files, key, made in wanted if due.get(path) is not None
+              and (copy := _copy(path, files, key, path in artifacts, due[path], sizes[id(files)], made))]
     damaged = check_copies(quote(copies)) if copies else {}
     outcomes.update({copy.path: "verified" if copy.deep else "checked" for copy in copies if copy.path not in damaged})
     malformed = {path for path, *_ in wanted if due.get(path) is not None} - {copy.path for copy in copies}
@@ -123,15 +124,16 @@ def _verify(settings: Settings, registry: Registry, artifacts: list[Artifact]) -
     return outcomes
 
 
-def _copy(path: str, files: list, key: int, artifact: bool, deep: bool, sizes: tuple | None) -> Copy | None:
-    """The copy for the bulk check (`sizes`: `listed(files)`); None when its manifest is malformed (its own task
-    says so)."""
+def _copy(path: str, files: list, key: int, artifact: bool, deep: bool, sizes: tuple | None,
+          made: str | None) -> Copy | None:
+    """The copy for the bulk check (`sizes`: `listed(files)`; `made`: a shared copy's identity); None when its
+    manifest is malformed (its own task says so)."""
     if deep:
         try:
-            return Copy(path, tuple(RemoteFile.from_json(f) for f in files), key, artifact, True)
+            return Copy(path, tuple(RemoteFile.from_json(f) for f in files), key, artifact, True, made)
         except DownloadError:
             return None
-    return Copy(path, sizes, key, artifact) if sizes is not None else None
+    return Copy(path, sizes, key, artifact, False, made) if sizes is not None else None
 
 
 def _orphans(settings: Settings, registry: Registry) -> list[str]:

@@ -16,8 +16,8 @@ from weightkeeper.tasks.download import path_holder
 from weightkeeper.tasks.stage import SCRATCH
 from weightkeeper.errors import CleanupError, DownloadError, LinkInTheWayError, NotOursError, UnsafePathError
 from weightkeeper.events import emit_phase
-from weightkeeper.anchored import open_path, remove_under
-from weightkeeper.fsops import LEGACY, remove_model_files, remove_model_path
+from weightkeeper.anchored import remove_under
+from weightkeeper.fsops import LEGACY, open_copy, remove_model_files, remove_model_path
 from weightkeeper.config import DOWNLOAD_FLOW, Settings, job_run_name
 from weightkeeper.guard import check_removable, check_staged_prefix
 from weightkeeper.pods import live_pods
@@ -262,14 +262,19 @@ def collect_shared_copy(artifact_id: int) -> str:
                                       if links else "kept: in use", release=True)
                 logger.info("shared copy %s kept: %s", artifact.path, ", ".join(links) or "in use")
                 return "linked"
-            with open_path(artifact.path, settings.volume_rules, artifact=True) as copy:
-                unmark_ready(copy)
-            remove_model_path(artifact.path, settings.volume_rules, artifact=True)
+            done = "deleted"
+            try:
+                with open_copy(artifact.path, settings.volume_rules, artifact.made) as copy:
+                    unmark_ready(copy)
+                remove_model_path(artifact.path, settings.volume_rules, artifact.made, artifact=True)
+            except NotOursError as e:  # someone else's directory stands there: left to its owner
+                logger.warning("%s", e)
+                done = "forgotten"
             if not registry.delete_artifact(artifact_id):
                 raise CleanupError(f"a model linked to {artifact.path} while it was being collected")
     except (CleanupError, UnsafePathError) as e:
         registry.set_artifact(artifact_id, holder, artifact.state, f"cannot collect: {e}", release=True)
         logger.warning("shared copy %s not collected: %s", artifact.path, e)
         return "busy"
-    logger.info("shared copy %s deleted: no model uses it", artifact.path)
+    logger.info("shared copy %s %s: no model uses it", artifact.path, done)
     return "collected"

@@ -22,8 +22,8 @@ from weightkeeper.config import Settings
 from weightkeeper.download import RemoteFile, Snapshot, in_place
 from weightkeeper.hubbudget import budget_message, hub_budget
 from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError, NotOursError, UnsafePathError
-from weightkeeper.anchored import Dir, open_parent, open_path
-from weightkeeper.fsops import LINK, check_writable, directory_size, own_directory, path_size
+from weightkeeper.anchored import Dir, open_parent
+from weightkeeper.fsops import LINK, check_writable, directory_size, open_copy, own_copy, own_directory, path_size
 from weightkeeper.layout import REUSE_IF_EXISTS, HfSource, artifact_path, link_target, parse_source, sharing_problem
 from weightkeeper.lease import Held, renewed
 from weightkeeper.registry import Holder, LocalPath, Model, Registry
@@ -255,7 +255,11 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
         with renewed(registry, Kind.ARTIFACT, artifact.id, copy_holder, settings.lease_seconds) as reporter.also:
             with file_lock(path, volumes, on_wait=lambda: reporter.beat(
                     message=f"Waiting for the lock on the shared copy {path}", force=True)):
-                with open_path(path, volumes, create=True, artifact=True) as copy:
+                recorded = registry.get_artifact(artifact.id).made  # read under the lease: no one else sets it
+                copy, made = own_copy(path, volumes, recorded)  # never a directory someone else put there
+                with copy:
+                    if made != recorded and not registry.set_artifact_made(artifact.id, copy_holder, made):
+                        raise DownloadCancelled(f"another run took over the shared copy {path}")
                     ready = served = is_ready(copy, snapshot.commit)
                     if not registry.fetched_with(artifact.id, model.token_block, model.name):  # files in place
                         check_access(settings, registry, model.source, model.token_block, snapshot)  # are given
@@ -272,7 +276,7 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
                     raise DownloadError(f"{e}; move it away and ensure {model.name!r} again", permanent=True) \
                         from None
                 if switch:
-                    with open_path(path, volumes, artifact=True) as copy:
+                    with open_copy(path, volumes, made) as copy:
                         registry.path_switched(model.name, entry.id, holder, artifact.id, directory_size(copy))
                 message = "verified"
         if served:

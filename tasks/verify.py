@@ -17,7 +17,7 @@ from weightkeeper.config import Settings
 from weightkeeper.download import RemoteFile, Snapshot, in_place
 from weightkeeper.anchored import Dir, PathOpener, open_parent, open_path
 from weightkeeper.errors import DownloadCancelled, DownloadError, UnsafePathError
-from weightkeeper.fsops import directory_size, own_directory, path_size
+from weightkeeper.fsops import LEGACY, directory_size, own_copy, own_directory, path_size
 from weightkeeper.layout import copy_name
 from weightkeeper.lease import Held, renewed
 from weightkeeper.registry import Holder, Model, Registry
@@ -40,6 +40,14 @@ class Copy(NamedTuple):  # a tuple: a pass builds one per copy due
     id: int
     artifact: bool = False
     deep: bool = False
+    made: str | None = None  # a shared copy's recorded identity: another directory there is not it
+
+
+def _replaced(d: Dir, path: str, made: str | None) -> list[Problem]:
+    """A shared copy whose directory is not the one weightkeeper made (someone put another there): one problem."""
+    if made == LEGACY or d.identity() == made:
+        return []
+    return [Problem(path, "replaced: not the directory weightkeeper made there (left in place)")]
 
 
 @task(name="check-copies", cache_policy=NO_CACHE)  # pass the list quote()d: Prefect then leaves it unwalked
@@ -54,8 +62,8 @@ def check_copies(copies: list[Copy]) -> dict[str, str]:
         for copy in sorted(copies, key=lambda c: c.path):
             try:
                 with opener.open(copy.path, copy.artifact) as d:
-                    problems = verify_copy(d, copy.files, deep=True, pool=pool) if copy.deep \
-                        else check_sizes(d, copy.files)
+                    problems = (copy.artifact and _replaced(d, copy.path, copy.made)) or (
+                        verify_copy(d, copy.files, deep=True, pool=pool) if copy.deep else check_sizes(d, copy.files))
             except (FileNotFoundError, UnsafePathError):
                 problems = [Problem(copy.path, "missing (the directory is gone or a link stands in its way)")]
             except OSError as e:  # its own task meets it again and says so
@@ -118,7 +126,8 @@ def verify_shared_copy(artifact_id: int) -> str:
     files = tuple(RemoteFile.from_json(f) for f in artifact.files)
     deep = hash_due(artifact.verified_at, settings.verify_interval_seconds, utcnow()) or artifact.state != A_READY
     with _opened(artifact.path, settings, artifact=True) as copy:
-        problems = _check(copy, files, deep, settings)
+        problems = (copy is not None and _replaced(copy, artifact.path, artifact.made)) or \
+            _check(copy, files, deep, settings)
     if not problems and artifact.state == A_READY:
         if deep:
             registry.set_artifact(artifact_id, None, A_READY, "verified", verified=True)
@@ -146,7 +155,10 @@ def _repair_shared_copy(settings, registry: Registry, artifact, files, problems,
             raise DownloadCancelled(f"another run took over the shared copy {artifact.path}")
 
     try:
-        with open_path(artifact.path, settings.volume_rules, create=True, artifact=True) as copy:
+        copy, made = own_copy(artifact.path, settings.volume_rules, artifact.made)  # never another's directory
+        with copy:
+            if made != artifact.made and not registry.set_artifact_made(artifact.id, holder, made):
+                raise DownloadCancelled(f"another run took over the shared copy {artifact.path}")
             unmark_ready(copy)
             snapshot = Snapshot(artifact.repo_id, artifact.commit, files, artifact.path.rsplit("/", 1)[-1])
             _refetch(settings, registry, snapshot, copy, source, problems,

@@ -585,11 +585,9 @@ MUTATIONS = {
         "    if False and all(",
         "tests/test_reuse.py::test_a_repair_takes_a_lost_file_from_another_copy_before_fetching"),
     "switch-before-verified": (
-        "tasks/download.py", ("                with open_path(path, volumes, create=True, artifact=True) as copy:\n"
-                              "                    ready = served = is_ready(copy, snapshot.commit)\n"),
-        ("                if switch:\n                    parent.symlink(link_target(entry.path, path), name)\n"
-         "                with open_path(path, volumes, create=True, artifact=True) as copy:\n"
-         "                    ready = served = is_ready(copy, snapshot.commit)\n"),
+        "tasks/download.py", "                recorded = registry.get_artifact(artifact.id).made",
+        "                if switch:\n                    parent.symlink(link_target(entry.path, path), name)\n"
+        "                recorded = registry.get_artifact(artifact.id).made",
         "tests/test_tracking.py::test_a_tracked_model_switches_to_the_new_commit_atomically_reusing_what_did_not_change"),
     "switched-copy-no-grace": (
         "weightkeeper/registry/updates.py", "                copy.released_at = now\n", "                pass\n",
@@ -666,6 +664,19 @@ MUTATIONS = {
     "listing-unbounded": (
         "weightkeeper/hub.py", "                if len(body) > cap:", "                if False:",
         "tests/test_hub_answers.py::test_a_listing_that_drips_or_floods_is_cut"),
+    "copy-adopted-where-it-stands": (
+        "weightkeeper/fsops.py", "        return own_directory(parent, name, path, made, COPY_REMEDY)",
+        "        return parent.descend(name, create=True), made or LEGACY",
+        "tests/test_attacks.py::test_a_shared_copy_planted_before_any_model_is_never_adopted_trusted_or_removed"),
+    "copy-identity-unchecked": (
+        "tasks/verify.py", "    if made == LEGACY or d.identity() == made:", "    if True:",
+        "tests/test_attacks.py::test_a_shared_copy_replaced_after_it_was_made_fails_its_models_and_is_left_in_place"),
+    "copy-collected-whatever-stands": (
+        "tasks/cleanup.py", ("open_copy(artifact.path, settings.volume_rules, artifact.made)",
+                             "remove_model_path(artifact.path, settings.volume_rules, artifact.made, artifact=True)"),
+        ('open_copy(artifact.path, settings.volume_rules, "legacy")',
+         'remove_model_path(artifact.path, settings.volume_rules, "legacy", artifact=True)'),
+        "tests/test_attacks.py::test_a_shared_copy_replaced_after_it_was_made_fails_its_models_and_is_left_in_place"),
     "sizing-waits-for-budget": (
         "weightkeeper/service.py", "        if seconds is not None:\n            raise UnavailableError(",
         "        if False:\n            raise UnavailableError(",

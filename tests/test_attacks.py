@@ -593,6 +593,51 @@ def test_a_replaced_model_directory_is_left_to_its_owner_and_the_model_released(
     assert fetched_files(str(alice / "old" / "acme--replaced")) == FETCHED  # moved away: no longer at a model path
 
 
+def test_a_shared_copy_planted_before_any_model_is_never_adopted_trusted_or_removed(wk, hub):
+    """The user, who can write `<volume>/models`, makes the shared copy's directory first: right names and sizes,
+    poisoned bytes, the ready marker, and a file of their own. weightkeeper never fills, links or trusts it."""
+    files = tiny_files("planted-copy")
+    commit = hub.add_repo("acme/planted-copy", files)
+    copy = wk.volumes["team-a"] / "models" / "_artifacts" / "acme--planted-copy" / commit
+    (copy / ".cache" / "weightkeeper").mkdir(parents=True)
+    for name, data in files.items():
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        (copy / name).write_bytes(b"E" * len(data))
+    (copy / ".cache" / "weightkeeper" / "ready").write_text(commit + "\n")
+    (copy / "my-thesis.tex").write_text("the user's")
+    before = tree(copy)
+    wk.declare("victim", "hf://acme/planted-copy", workspaces=["team-a"], download_policy="reuse-if-exists")
+    assert ensure_model("victim") == "Failed"
+    model = wk.registry.get_model("victim")
+    assert "already holds files weightkeeper did not write" in model.message and "move it away" in model.message
+    assert tree(copy) == before and not os.path.lexists(model.local_paths[0].path)
+    os.rename(copy, copy.with_name("moved-away"))
+    assert ensure_model("victim") == "Ready"
+    assert Path(model.local_paths[0].path, SHARD).read_bytes() == files[SHARD]
+
+
+def test_a_shared_copy_replaced_after_it_was_made_fails_its_models_and_is_left_in_place(wk, hub):
+    """The user renames the Ready shared copy away and puts their own directory there, with the same bytes (so
+    sizes and hashes pass) and a file of their own: a pass sees it is not the copy weightkeeper made, fails its
+    models, and once they are deleted forgets it without removing anything."""
+    files = tiny_files("replaced-copy")
+    commit = hub.add_repo("acme/replaced-copy", files)
+    wk.declare("sharer", "hf://acme/replaced-copy", workspaces=["team-a"], download_policy="reuse-if-exists")
+    assert ensure_model("sharer") == "Ready"
+    copy = wk.volumes["team-a"] / "models" / "_artifacts" / "acme--replaced-copy" / commit
+    os.rename(copy, copy.with_name("theirs-now"))
+    shutil.copytree(copy.with_name("theirs-now"), copy)
+    (copy / "my-thesis.tex").write_text("the user's")
+    before = tree(copy)
+    assert reconcile()[str(copy)] == "failed"
+    model = wk.registry.get_model("sharer")
+    assert model.phase == "Failed" and "already holds files weightkeeper did not write" in model.message
+    with warnings_logged() as warnings:
+        assert delete_model("sharer") == "Released"  # its last user gone, the copy is collected: only forgotten
+    assert tree(copy) == before and wk.registry.list_artifacts() == []
+    assert any("is not the shared copy weightkeeper made there" in w for w in warnings), warnings
+
+
 # -- 5. nesting ----------------------------------------------------------------------------------------------------
 
 

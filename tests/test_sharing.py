@@ -271,12 +271,18 @@ def test_workspace_listing_shows_what_sharing_saves(wk, hub):
 
 
 def test_shared_copy_is_verified_before_it_is_used(wk, hub):
+    """What a run that died while filling the copy it made left there (right size, wrong content, no ready
+    marker) is hashed before the copy is used. (A directory weightkeeper did not make is never used:
+    test_attacks.py.)"""
     files = tiny_files("preverify")
     commit = hub.add_repo("acme/preverify", files)
+    wk.declare("first", "hf://acme/preverify", workspaces=["team-a"], download_policy="reuse-if-exists")
+    assert ensure_model("first") == "Ready"
     copy = shared_dir(wk, "acme--preverify", commit)
-    copy.mkdir(parents=True)
-    (copy / SHARD).write_bytes(b"\0" * len(files[SHARD]))  # right size, wrong content, no ready marker
-    wk.declare("preverify", "hf://acme/preverify", workspaces=["team-a"], download_policy="reuse-if-exists")
+    (copy / ".cache" / "weightkeeper" / "ready").unlink()
+    (copy / SHARD).write_bytes(b"\0" * len(files[SHARD]))
+    wk.declare("preverify", "hf://acme/preverify", workspaces=["team-a"], subpath="models/second",
+               download_policy="reuse-if-exists")
     assert ensure_model("preverify") == "Ready"
     assert (copy / SHARD).read_bytes() == files[SHARD]
 

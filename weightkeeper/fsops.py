@@ -47,7 +47,8 @@ def check_writable(path: str, volumes: Iterable[VolumeRule], artifact: bool = Fa
     parent.close()
 
 
-def own_directory(parent: Dir, name: str, path: str, made: str | None) -> tuple[Dir, str]:
+def own_directory(parent: Dir, name: str, path: str, made: str | None,
+                  remedy: str = "empty it or choose another --subpath") -> tuple[Dir, str]:
     """The model directory `name` in `parent`, made by weightkeeper: (its Dir, what to record as made).
 
     The directory weightkeeper made before (`made` is its identity) is used as is. A missing one is
@@ -72,7 +73,7 @@ def own_directory(parent: Dir, name: str, path: str, made: str | None) -> tuple[
             shown = ", ".join(entries[:SHOWN_ENTRIES]) + (f" and {len(entries) - SHOWN_ENTRIES} more"
                                                           if len(entries) > SHOWN_ENTRIES else "")
             raise DownloadError(f"{path} already holds files weightkeeper did not write ({shown}); weightkeeper "
-                                "never adopts them: empty it or choose another --subpath", permanent=True)
+                                f"never adopts them: {remedy}", permanent=True)
         try:
             parent.rmdir(name)  # only ever removes an empty directory
         except OSError as e:
@@ -82,6 +83,28 @@ def own_directory(parent: Dir, name: str, path: str, made: str | None) -> tuple[
     except FileExistsError:
         raise DownloadError(f"{path} was made by someone else while weightkeeper made it; will retry") from None
     return d, d.identity()
+
+
+COPY_REMEDY = "move it away (it is left alone); the next run makes the shared copy anew"
+
+
+def own_copy(path: str, volumes: Iterable[VolumeRule], made: str | None) -> tuple[Dir, str]:
+    """The shared copy at `path` to fill or repair, as `own_directory` gives a model's: the directory weightkeeper
+    made (`made`, recorded), else one made now; never one someone else put there. (its Dir, what to record)."""
+    parent, name = open_parent(path, volumes, create=True, artifact=True)
+    with parent:
+        return own_directory(parent, name, path, made, COPY_REMEDY)
+
+
+def open_copy(path: str, volumes: Iterable[VolumeRule], made: str | None) -> Dir:
+    """The shared copy at `path` to check, measure or collect: the directory weightkeeper made there (`made`;
+    `LEGACY`: recorded before identities were), else `NotOursError` (left in place)."""
+    d = open_path(path, list(volumes), artifact=True)
+    if made != LEGACY and d.identity() != made:
+        d.close()
+        raise NotOursError(f"{path} is not the shared copy weightkeeper made there (it was replaced, or never made); "
+                           "left in place")
+    return d
 
 
 def _prune(d: Dir) -> bool:

@@ -44,6 +44,7 @@ class Artifact:
     lease: Lease | None  # who writes or removes it now
     users: list[ArtifactUser]
     released_at: datetime | None = None  # a model switched away from it: kept for track_grace_seconds after
+    made: str | None = None  # its directory's identity once weightkeeper made it (`fsops.own_directory`)
 
     def to_json(self) -> dict:
         return {"path": self.path, "repo": self.repo_id, "commit": self.commit, "state": self.state,
@@ -73,7 +74,7 @@ class ArtifactOps:
         leases = self._leases(s, Kind.ARTIFACT, [row.id for row in rows])
         return [Artifact(row.id, row.repo_id, row.commit, row.cluster, row.volume, row.path, row.files, row.state,
                          row.message, row.size_bytes, _utc(row.verified_at), _utc(row.checked_at), _utc(row.unreachable_since),
-                         leases.get(row.id), users.get(row.id, []), _utc(row.released_at)) for row in rows]
+                         leases.get(row.id), users.get(row.id, []), _utc(row.released_at), row.made) for row in rows]
 
     def artifact_for(self, repo_id: str, commit: str, cluster: str, volume: str, path: str,
                      files: list[dict]) -> Artifact:
@@ -123,6 +124,16 @@ class ArtifactOps:
                 row.unreachable_since = unreachable_since
             if release:
                 self._drop(s, Kind.ARTIFACT, row.id)
+
+    def set_artifact_made(self, artifact_id: int, holder, made: str) -> bool:
+        """Record the directory this holder made for the shared copy (before it writes anything there); False when
+        it no longer holds the copy."""
+        with self._tx() as s:
+            row = self._artifact(s, artifact_id)
+            if not self._holds(s, Kind.ARTIFACT, row.id, holder):
+                return False
+            row.made = made
+            return True
 
     def fetched_with(self, artifact_id: int, token_block: str | None, besides: str) -> bool:
         """A live model other than `besides` has a Ready path on the copy with this token block: the copy's files
