@@ -264,9 +264,13 @@ def collect_shared_copy(artifact_id: int) -> str:
                 return "linked"
             done = "deleted"
             try:
-                with open_copy(artifact.path, settings.volume_rules, artifact.made) as copy:
-                    unmark_ready(copy)
-                remove_model_path(artifact.path, settings.volume_rules, artifact.made, artifact=True)
+                if artifact.made is not None:  # else nothing was made: only an empty directory is removed
+                    with open_copy(artifact.path, settings.volume_rules, artifact.made) as copy:
+                        unmark_ready(copy)
+                if not remove_model_path(artifact.path, settings.volume_rules, artifact.made, artifact=True):
+                    done = "forgotten (already gone)"
+            except FileNotFoundError:
+                done = "forgotten (already gone)"
             except NotOursError as e:  # someone else's directory stands there: left to its owner
                 logger.warning("%s", e)
                 done = "forgotten"

@@ -23,7 +23,8 @@ from weightkeeper.download import RemoteFile, Snapshot, in_place
 from weightkeeper.hubbudget import budget_message, hub_budget
 from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError, NotOursError, UnsafePathError
 from weightkeeper.anchored import Dir, open_parent
-from weightkeeper.fsops import LINK, check_writable, directory_size, open_copy, own_copy, own_directory, path_size
+from weightkeeper.fsops import (LEGACY, LINK, check_writable, directory_size, made_here, open_copy, own_copy,
+                                own_directory, path_size)
 from weightkeeper.layout import REUSE_IF_EXISTS, HfSource, artifact_path, link_target, parse_source, sharing_problem
 from weightkeeper.lease import Held, renewed
 from weightkeeper.registry import Holder, LocalPath, Model, Registry
@@ -339,7 +340,7 @@ def _links_or_free(parent: Dir, name: str, made: str | None) -> bool:
     if not stat.S_ISDIR(st.st_mode):
         return False
     with parent.descend(name) as d:
-        return d.identity() != made and not d.entries()
+        return not (made != LEGACY and made_here(d, made)) and not d.entries()
 
 
 @task(name="download-snapshot", retries=2, retry_delay_seconds=[10, 30], retry_condition_fn=retry_transient)

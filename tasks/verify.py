@@ -17,7 +17,7 @@ from weightkeeper.config import Settings
 from weightkeeper.download import RemoteFile, Snapshot, in_place
 from weightkeeper.anchored import Dir, PathOpener, open_parent, open_path
 from weightkeeper.errors import DownloadCancelled, DownloadError, UnsafePathError
-from weightkeeper.fsops import LEGACY, directory_size, own_copy, own_directory, path_size
+from weightkeeper.fsops import LEGACY, directory_size, made_here, own_copy, own_directory, path_size
 from weightkeeper.layout import copy_name
 from weightkeeper.lease import Held, renewed
 from weightkeeper.registry import Holder, Model, Registry
@@ -45,7 +45,7 @@ class Copy(NamedTuple):  # a tuple: a pass builds one per copy due
 
 def _replaced(d: Dir, path: str, made: str | None) -> list[Problem]:
     """A shared copy whose directory is not the one weightkeeper made (someone put another there): one problem."""
-    if made == LEGACY or d.identity() == made:
+    if made_here(d, made):
         return []
     return [Problem(path, "replaced: not the directory weightkeeper made there (left in place)")]
 
@@ -55,15 +55,19 @@ def check_copies(copies: list[Copy]) -> dict[str, str]:
     """A pass's bulk check, in one task: each copy opened from its volume root as `open_path` opens it (a parent
     once for its children), no link followed; each file present, regular and of its size (a stat), and hashed
     when the copy is `deep`. Records when each copy that passed was checked (and verified); returns the first
-    problem of each that did not, by path (its own task repairs it)."""
+    problem of each that did not, by path (its own task repairs it). A shared copy recorded before identities were
+    kept (`legacy`) gets the identity of the directory that passed a full hash."""
     settings, registry = current()
     damaged: dict[str, str] = {}
+    found: dict[int, str] = {}
     with PathOpener(settings.volume_rules) as opener, ThreadPoolExecutor(max(1, settings.verify_workers)) as pool:
         for copy in sorted(copies, key=lambda c: c.path):
             try:
                 with opener.open(copy.path, copy.artifact) as d:
                     problems = (copy.artifact and _replaced(d, copy.path, copy.made)) or (
                         verify_copy(d, copy.files, deep=True, pool=pool) if copy.deep else check_sizes(d, copy.files))
+                    if copy.artifact and copy.deep and copy.made == LEGACY and not problems:
+                        found[copy.id] = d.identity()
             except (FileNotFoundError, UnsafePathError):
                 problems = [Problem(copy.path, "missing (the directory is gone or a link stands in its way)")]
             except OSError as e:  # its own task meets it again and says so
@@ -73,6 +77,8 @@ def check_copies(copies: list[Copy]) -> dict[str, str]:
     for deep in (False, True):
         passed = [c for c in copies if c.deep == deep and c.path not in damaged]
         registry.mark_checked([c.id for c in passed if not c.artifact], [c.id for c in passed if c.artifact], deep)
+    for artifact_id, made in found.items():  # once per copy, after the upgrade
+        registry.set_artifact_made(artifact_id, None, made)
     return damaged
 
 

@@ -528,6 +528,7 @@ def test_a_directory_renamed_onto_the_path_while_it_is_made_is_never_adopted(tmp
 
 def test_make_dir_refuses_a_taken_name_and_a_swapped_directory(tmp_path, monkeypatch):
     import weightkeeper.anchored as anchored
+    from weightkeeper.fsops import made_here
 
     (tmp_path / "d" / "taken").mkdir(parents=True)
     with Dir.root(tmp_path / "d") as d:
@@ -545,8 +546,11 @@ def test_make_dir_refuses_a_taken_name_and_a_swapped_directory(tmp_path, monkeyp
         with pytest.raises(FileExistsError):
             d.make_dir("new")
         monkeypatch.undo()
+        monkeypatch.setattr(os, "geteuid", lambda: 4242)  # owners mapped by the file system: no euid is compared
         with d.make_dir("mine") as mine:
-            assert mine.entries() == [] and os.fstat(mine.fd).st_uid == os.geteuid()
+            assert mine.entries() == []
+            assert made_here(mine, mine.identity()) and made_here(mine, f"999:{os.fstat(mine.fd).st_ino}")  # remounted
+            assert not made_here(mine, None) and not made_here(mine, f"{os.fstat(mine.fd).st_dev}:1")
     left = sorted(os.listdir(tmp_path / "d"))
     assert left[:1] == [n for n in left if n.endswith(".new")] and left[1:] == ["mine", "taken"]  # theirs is kept
 

@@ -5,6 +5,7 @@ and a download follows a redirect only where it is allowed."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -283,7 +284,9 @@ def test_a_cdn_on_another_origin_needs_the_allow_list(wk, hub):
 
 def test_a_listing_redirected_to_another_origin_is_refused(wk, hub, other_hub):
     """`huggingface_hub`'s session follows up to 20 redirects anywhere: the listing of a revision is asked here, and
-    a redirect is followed only within the endpoint's origin (where a renamed repository's is)."""
+    a redirect is followed as a file's is (`redirect_problem`), with the token only within the endpoint's origin."""
+    from prefect.blocks.system import Secret
+
     repo, files, commit = add(hub, "listing-redir")
     other_hub.add_repo(repo, files)
     hub.redirect(f"{other_hub.url}/api/models/{repo}/revision/{commit}?blobs=true&sig=secret",
@@ -292,10 +295,17 @@ def test_a_listing_redirected_to_another_origin_is_refused(wk, hub, other_hub):
     assert ensure_model("listing-redir") == "Failed"
     message = failed(wk, "listing-redir")
     assert f"redirected the listing of the files of {repo} on {hub.url} to {other_hub.url}/api/models/" in message
-    assert "refused: only its own origin is followed" in message and "secret" not in message
+    assert "refused: it is not https and not the endpoint's origin" in message and "secret" not in message
     assert other_hub.requests == []
     hub.redirect(f"{hub.url}/api/models/{repo}/revision/{commit}?blobs=true", repo_id=repo, filename=LISTING)
     assert ensure_model("listing-redir") == "Ready"  # within the origin: followed
+    wk.declare("listing-allowed", f"hf://{repo}", workspaces=["team-a"], subpath="models/allowed",
+               token_block="hf-token-listing")
+    Secret(value="hf_LISTINGtoken1234567").save("hf-token-listing", overwrite=True)
+    wk.rewrite(hf_endpoint=hub.url, hub_redirect_hosts=[other_hub.url.split("://")[1]])
+    hub.redirect(f"{other_hub.url}/api/models/{repo}/revision/{commit}?blobs=true", repo_id=repo, filename=LISTING)
+    assert ensure_model("listing-allowed") == "Ready"  # an allowed host: followed, without the token
+    assert other_hub.requests and not any(r.authorization_present for r in other_hub.requests)
 
 
 def test_a_listing_that_drips_or_floods_is_cut(wk, hub, monkeypatch):
@@ -339,7 +349,8 @@ def test_the_token_never_follows_a_redirect_to_huggingface_co_from_another_endpo
 
 def test_a_signed_url_that_cannot_be_reached_never_reaches_a_message_or_a_log(wk, hub, quick_retries, caplog):
     """The Hub redirects to an allowed CDN with a signed URL, and the CDN does not answer: the error names the
-    host, never the signature."""
+    host, never the signature (urllib3's debug records of its retries included)."""
+    caplog.set_level(logging.DEBUG, logger="urllib3")
     repo, _, _ = add(hub, "signed")
     port = free_port()  # nothing listens there
     hub.redirect(f"http://localhost:{port}/cdn/x?X-Amz-Credential=AKIASIGNED&X-Amz-Signature=SIGNEDsecret",

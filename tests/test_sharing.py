@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -338,3 +339,35 @@ def test_an_own_copy_is_never_written_through_a_left_link(wk, hub):
     copy = shared_dir(wk, "acme--leftlink", commit)
     assert sorted(os.listdir(copy)) == sorted(["config.json", "tokenizer.json", "tokenizer_config.json", SHARD,
                                                "model-00002-of-00002.safetensors", ".cache"])
+
+
+def test_a_shared_copy_removed_by_hand_is_forgotten_when_its_last_model_goes(wk, hub):
+    commit = hub.add_repo("acme/by-hand", tiny_files("by-hand"))
+    wk.declare("by-hand", "hf://acme/by-hand", workspaces=["team-a"], download_policy="reuse-if-exists")
+    assert ensure_model("by-hand") == "Ready"
+    shutil.rmtree(shared_dir(wk, "acme--by-hand", commit))
+    assert delete_model("by-hand") == "Released"
+    assert wk.registry.list_artifacts() == []
+
+
+def test_a_copy_recorded_before_identities_gets_its_own_after_a_full_hash(wk, hub):
+    from sqlalchemy import update
+
+    from weightkeeper.download import RemoteFile
+    from weightkeeper.registry.schema import ArtifactRow
+    from weightkeeper.tasks.verify import Copy, check_copies
+    from weightkeeper.verify import listed
+
+    commit = hub.add_repo("acme/legacy-copy", tiny_files("legacy-copy"))
+    wk.declare("legacy-copy", "hf://acme/legacy-copy", workspaces=["team-a"], download_policy="reuse-if-exists")
+    assert ensure_model("legacy-copy") == "Ready"
+    artifact = wk.registry.list_artifacts()[0]
+    made = artifact.made
+    with wk.registry._tx() as s:  # as migration 0014 leaves a copy recorded before it
+        s.execute(update(ArtifactRow).values(made="legacy"))
+    files = tuple(RemoteFile.from_json(f) for f in artifact.files)
+    assert check_copies([Copy(artifact.path, listed(artifact.files), artifact.id, True, False, "legacy")]) == {}
+    assert wk.registry.get_artifact(artifact.id).made == "legacy"  # a size check proves nothing
+    assert check_copies([Copy(artifact.path, files, artifact.id, True, True, "legacy")]) == {}
+    assert wk.registry.get_artifact(artifact.id).made == made
+    assert artifact.path == str(shared_dir(wk, "acme--legacy-copy", commit))

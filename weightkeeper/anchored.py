@@ -42,6 +42,20 @@ def _rename2(fd: int, a: str, b: str, flags: int) -> bool:
     return True
 
 
+def _owner_of_a_file_made_in(fd: int) -> int:
+    """The owner a file this process makes in directory `fd` gets (made and removed at once)."""
+    probe = f".probe.{uuid.uuid4().hex[:8]}"
+    try:
+        made = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | FILE_FLAGS, 0o600, dir_fd=fd)
+    except PermissionError:  # not writable by this process: not the directory it made
+        return -1
+    try:
+        return os.fstat(made).st_uid
+    finally:
+        os.close(made)
+        os.unlink(probe, dir_fd=fd)
+
+
 def _segments(relative: str) -> list[str]:
     parts = [p for p in relative.split("/") if p]
     if any(p in (".", "..") for p in parts):
@@ -136,25 +150,28 @@ class Dir:
 
     def make_dir(self, name: str, mode: int = 0o755) -> Dir:
         """A directory `name` made here and now, and this process's own: `FileExistsError` when anything stands
-        there, even if put there a moment ago. It is made under a temporary name, opened and checked (owned by
-        this process's user, empty), then renamed into place without replacing anything (where the file system
+        there, even if put there a moment ago. It is made under a temporary name, opened and checked (empty, and
+        owned as a file this process makes in it is: file systems that map owners, NFS squashing or EFS access
+        points, map both alike), then renamed into place without replacing anything (where the file system
         cannot, after checking the name is free): the Dir is the directory made, whatever is renamed around it."""
         tmp = f".{name}.{uuid.uuid4().hex[:8]}.new"
         os.mkdir(tmp, mode, dir_fd=self.fd)
         fd = os.open(tmp, DIR_FLAGS, dir_fd=self.fd)
+        ours = False
         try:
-            if os.fstat(fd).st_uid != os.geteuid() or os.listdir(fd):
+            ours = not os.listdir(fd) and os.fstat(fd).st_uid == _owner_of_a_file_made_in(fd)
+            if not ours:
                 raise FileExistsError(errno.EEXIST, "replaced while it was made", self.path(name))
             if not _rename2(self.fd, tmp, name, RENAME_NOREPLACE):
                 if self.lstat(name) is not None:
                     raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), self.path(name))
                 os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
         except BaseException:
+            st, mine = self.lstat(tmp), os.fstat(fd)
             os.close(fd)
-            st = self.lstat(tmp)
-            if st is not None and st.st_uid == os.geteuid() and stat.S_ISDIR(st.st_mode):
+            if ours and st is not None and (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
                 with contextlib.suppress(OSError):
-                    os.rmdir(tmp, dir_fd=self.fd)  # only ever an empty one
+                    os.rmdir(tmp, dir_fd=self.fd)  # the one made here, only ever empty
             raise
         return Dir(fd, self.path(name))
 

@@ -44,7 +44,8 @@ RANGE_RETRIES = 5  # a range whose connection is cut resumes this many times ins
 SAVE_SECONDS = 0.2  # how often the ranges' progress is written down
 HASH_CHUNK = 8 << 20
 
-logging.getLogger("urllib3.connectionpool").addFilter(RedactUrls())  # its retries name signed URLs (Hub, S3)
+for _name in ("urllib3.connectionpool", "urllib3.util.retry", "urllib3.poolmanager"):  # they name the URLs they
+    logging.getLogger(_name).addFilter(RedactUrls())  # retry or redirect: signed ones too (Hub, S3)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,12 @@ LINK, LEGACY = "link", "legacy"
 SHOWN_ENTRIES = 5
 
 
+def made_here(d: Dir, made: str | None) -> bool:
+    """`d` is the directory recorded as `made` (a `dev:inode`), or `made` is LEGACY (recorded before identities
+    were kept). The inode decides: a network filesystem's device number differs between hosts and mounts."""
+    return made == LEGACY or made is not None and made.rpartition(":")[2] == d.identity().rpartition(":")[2]
+
+
 def directory_size(d: Dir) -> int:
     """Bytes of regular files below `d`, without its `.cache` and without following symlinks."""
     return d.size(skip=(CACHE_DIR,))
@@ -65,7 +71,7 @@ def own_directory(parent: Dir, name: str, path: str, made: str | None,
                             permanent=True)
     if st is not None:
         d = parent.descend(name)
-        if made in (LEGACY, d.identity()):
+        if made_here(d, made):
             return d, made
         entries = sorted(d.entries())
         d.close()
@@ -100,7 +106,7 @@ def open_copy(path: str, volumes: Iterable[VolumeRule], made: str | None) -> Dir
     """The shared copy at `path` to check, measure or collect: the directory weightkeeper made there (`made`;
     `LEGACY`: recorded before identities were), else `NotOursError` (left in place)."""
     d = open_path(path, list(volumes), artifact=True)
-    if made != LEGACY and d.identity() != made:
+    if not made_here(d, made):
         d.close()
         raise NotOursError(f"{path} is not the shared copy weightkeeper made there (it was replaced, or never made); "
                            "left in place")
@@ -181,7 +187,7 @@ def remove_model_path(path: str, volumes: Sequence[VolumeRule], made: str | None
                                        "left in place")
                 return parent.unlink(name)
             with parent.descend(name) as d:
-                ours = made in (LEGACY, d.identity()) or made is None and not d.entries()
+                ours = made_here(d, made) or made is None and not d.entries()
                 if not ours:
                     raise NotOursError(f"{path} is not the directory weightkeeper made there (it was replaced or "
                                        "never made); left in place")

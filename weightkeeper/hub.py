@@ -197,12 +197,13 @@ def _bucket(url: str) -> str:
 
 def resolve_snapshot(source: HfSource, endpoint: str | None, token: str | None, limits: Limits = Limits(),
                      budget: HubBudget = UNMETERED, include: list[str] | None = None,
-                     exclude: list[str] | None = None) -> Snapshot:
+                     exclude: list[str] | None = None, redirect_hosts: Collection[str] = ()) -> Snapshot:
     """One request: the commit of the revision (a 40-hex revision as is) and the files to fetch (`select_files`
     with the model's patterns), checked."""
     home = endpoint or constants.ENDPOINT
     info = budget.call(budget_key(home, token), "api", lambda: _hub_call(
-        lambda: model_info(source, home, token, limits), source, endpoint), f"{source.repo_id} on {home}")
+        lambda: model_info(source, home, token, limits, redirect_hosts), source, endpoint),
+        f"{source.repo_id} on {home}")
     where = f"{source.repo_id} from {endpoint or 'the Hugging Face Hub'}"
     if source.pinned_commit and info.sha != source.pinned_commit:
         raise DownloadError(f"refusing {where}: it answered commit {shown(info.sha)} for {source.uri}",
@@ -221,23 +222,33 @@ def resolve_snapshot(source: HfSource, endpoint: str | None, token: str | None, 
                           where, limits)
 
 
-def model_info(source: HfSource, home: str, token: str | None, limits: Limits) -> ModelInfo:
+def model_info(source: HfSource, home: str, token: str | None, limits: Limits,
+               redirect_hosts: Collection[str] = ()) -> ModelInfo:
     """The revision's commit and files (`/api/models/<repo>/revision/<rev>?blobs=true` on the endpoint `home`), as
-    `HfApi.model_info` asks, but bounded: a redirect is followed only within `home`'s origin (a renamed repository),
-    the answer may take API_TIMEOUT_SECONDS in all and hold LISTING_BYTES_PER_FILE per `max_manifest_files`."""
+    `HfApi.model_info` asks, but bounded: a redirect is followed only where `redirect_problem` finds none, and with
+    the token only within `home`'s origin (a renamed repository); the answer may take API_TIMEOUT_SECONDS in all
+    and hold LISTING_BYTES plus LISTING_BYTES_PER_FILE per `max_manifest_files`."""
     url = f"{home}/api/models/{source.repo_id}/revision/{quote(source.revision, safe='')}?blobs=true"
     headers = build_hf_headers(token=token or False, library_name="weightkeeper")
+    anonymous = {k: v for k, v in headers.items() if k.lower() != "authorization"}
     cap = LISTING_BYTES + LISTING_BYTES_PER_FILE * limits.max_manifest_files
     deadline = time.monotonic() + API_TIMEOUT_SECONDS
     where = f"the files of {source.repo_id} on {home}"
+
+    def late() -> DownloadError:
+        return DownloadError(f"{home} took over {API_TIMEOUT_SECONDS:.0f} s to list {where}; will retry")
+
     for _ in range(MAX_REDIRECTS + 1):
-        with get_session().stream("GET", url, headers=headers, timeout=API_TIMEOUT_SECONDS,
+        if time.monotonic() > deadline:
+            raise late()
+        own = _origin(url) == _origin(home)
+        with get_session().stream("GET", url, headers=headers if own else anonymous, timeout=API_TIMEOUT_SECONDS,
                                   follow_redirects=False) as response:
             if response.has_redirect_location:
                 target = urljoin(url, response.headers["Location"])
-                if _origin(target) != _origin(home):
+                if problem := redirect_problem(target, home, redirect_hosts):
                     raise DownloadError(f"{home} redirected the listing of {where} to {without_query(target)}; "
-                                        "refused: only its own origin is followed", permanent=True)
+                                        f"refused: {problem}", permanent=True)
                 url = target
                 continue
             body = bytearray()
@@ -247,7 +258,7 @@ def model_info(source: HfSource, home: str, token: str | None, limits: Limits) -
                     raise DownloadError(f"refusing {where}: the listing is over {cap} bytes (max_manifest_files "
                                         f"{limits.max_manifest_files})", permanent=True)
                 if time.monotonic() > deadline:
-                    raise DownloadError(f"{home} took over {API_TIMEOUT_SECONDS:.0f} s to list {where}; will retry")
+                    raise late()
             response._content = bytes(body)  # read: what `hf_raise_for_status` reads an error from
             hf_raise_for_status(response)
             try:

@@ -77,6 +77,8 @@ def links_into(artifact: str, volumes: Iterable[VolumeRule]) -> list[str]:
     with open_under(volume.root, relative.rsplit("/", 3)[0]) as models_root:
         for current, names in models_root.walk(skip=(ARTIFACTS_DIR,)):
             for name in names:
+                if name.startswith(".") and name.endswith(".link"):  # a link `Dir.symlink` had not put in place yet
+                    continue
                 target = current.readlink(name)
                 resolved = target and posixpath.normpath(posixpath.join(current.where, target))
                 if resolved and (resolved == artifact or resolved.startswith(artifact + "/")):

@@ -49,7 +49,7 @@ def resolve(settings: Settings, registry, source: HfSource | S3Source, token_blo
     if isinstance(source, S3Source):
         return list_source(s3_client(settings), source, limits(settings), include, exclude)
     return resolve_snapshot(source, settings.hf_endpoint, load_token(token_block), limits(settings),
-                            hub_budget(settings, registry, on_wait), include, exclude)
+                            hub_budget(settings, registry, on_wait), include, exclude, settings.hub_redirect_hosts)
 
 
 def check_access(settings: Settings, registry, source: str, token_block: str | None, snapshot: Snapshot) -> None:

@@ -127,10 +127,11 @@ class ArtifactOps:
 
     def set_artifact_made(self, artifact_id: int, holder, made: str) -> bool:
         """Record the directory this holder made for the shared copy (before it writes anything there); False when
-        it no longer holds the copy."""
+        it no longer holds the copy. Without a holder: the directory a copy recorded as `legacy` was found to be
+        (after a full hash), only while it still is recorded so."""
         with self._tx() as s:
             row = self._artifact(s, artifact_id)
-            if not self._holds(s, Kind.ARTIFACT, row.id, holder):
+            if not (self._holds(s, Kind.ARTIFACT, row.id, holder) if holder else row.made == "legacy"):
                 return False
             row.made = made
             return True
