@@ -366,8 +366,8 @@ def test_a_copy_recorded_before_identities_gets_its_own_after_a_full_hash(wk, hu
     with wk.registry._tx() as s:  # as migration 0014 leaves a copy recorded before it
         s.execute(update(ArtifactRow).values(made="legacy"))
     files = tuple(RemoteFile.from_json(f) for f in artifact.files)
-    assert check_copies([Copy(artifact.path, listed(artifact.files), artifact.id, True, False, "legacy")]) == {}
+    assert check_copies.fn([Copy(artifact.path, listed(artifact.files), artifact.id, True, False, "legacy")]) == {}
     assert wk.registry.get_artifact(artifact.id).made == "legacy"  # a size check proves nothing
-    assert check_copies([Copy(artifact.path, files, artifact.id, True, True, "legacy")]) == {}
+    assert check_copies.fn([Copy(artifact.path, files, artifact.id, True, True, "legacy")]) == {}
     assert wk.registry.get_artifact(artifact.id).made == made
     assert artifact.path == str(shared_dir(wk, "acme--legacy-copy", commit))
