@@ -4,7 +4,7 @@ import logging
 import re
 
 _URL = re.compile(r"(https?://)(?:[^\s/?#@'\"<>]*@)?([^\s?#'\"<>]*)([?#][^\s'\"<>]*)?", re.IGNORECASE)
-_PATH = re.compile(r"((?<![^\s'\"(=:,])/[^\s?#'\"<>]*)[?#][^\s'\"<>)]*")  # a bare path and its query: "url: /p?q"
+_PATH = re.compile(r"((?<![^\s'\"(=,])/[^\s?#'\"<>]*)[?#][^\s'\"<>)]*")  # a bare path, its query: "url: /p?q"
 
 
 def redact_urls(text: str) -> str:
