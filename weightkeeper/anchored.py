@@ -305,7 +305,8 @@ class Dir:
                 _rename2(self.fd, tmp, name, RENAME_EXCHANGE)
                 raise refused
         finally:
-            self.unlink(tmp)
+            if self.is_link(tmp):  # the link swapped out, or ours: never what a failed swap back left there
+                self.unlink(tmp)
 
     def is_link(self, name: str) -> bool:
         st = self.lstat(name)
