@@ -340,7 +340,7 @@ def _links_or_free(parent: Dir, name: str, made: str | None) -> bool:
     if not stat.S_ISDIR(st.st_mode):
         return False
     with parent.descend(name) as d:
-        return not (made != LEGACY and made_here(d, made)) and not d.entries()
+        return (made == LEGACY or not made_here(d, made)) and not d.entries()
 
 
 @task(name="download-snapshot", retries=2, retry_delay_seconds=[10, 30], retry_condition_fn=retry_transient)

@@ -259,8 +259,8 @@ def model_info(source: HfSource, home: str, token: str | None, limits: Limits,
                                         f"{limits.max_manifest_files})", permanent=True)
                 if time.monotonic() > deadline:
                     raise late()
-            response._content = bytes(body)  # read: what `hf_raise_for_status` reads an error from
-            hf_raise_for_status(response)
+            hf_raise_for_status(httpx2.Response(response.status_code, headers=response.headers, content=bytes(body),
+                                                request=response.request))  # as read: an error's body is its message
             try:
                 return ModelInfo(**json.loads(body))
             except (ValueError, TypeError, KeyError) as e:
