@@ -287,8 +287,8 @@ MUTATIONS = {
     "stall-watchdog": ("weightkeeper/watchdog.py", "                            _quietly(conn.abort)\n",
                        "                            pass\n",
                        "tests/test_hub_answers.py::test_a_dripping_body_fails_at_the_minimum_pace_and_is_retried"),
-    "redirect-anywhere": ("weightkeeper/hub.py", "        if problem := redirect_problem(location, home, redirect_hosts):",
-                          "        if problem := None:",
+    "redirect-anywhere": ("weightkeeper/hub.py", "        if (to := route(location, home, redirect_hosts)).problem:",
+                          "        if (to := Route(location)).problem:",
                           "tests/test_hub_answers.py::test_a_redirect_anywhere_else_is_refused_and_nothing_is_written"),
     "retired-path-decides-phase": ("weightkeeper/phase.py", "    current = [p for p in paths if not p.retired]\n",
                                    "    current = list(paths)\n",
@@ -655,9 +655,16 @@ MUTATIONS = {
         "                _is_same_or_hub_host(url, target):\n            return target",
         "tests/test_hub_answers.py::test_the_token_never_follows_a_redirect_to_huggingface_co_from_another_endpoint"),
     "listing-follows-any-redirect": (
-        "weightkeeper/hub.py", "                if problem := redirect_problem(target, home, redirect_hosts):",
-        "                if problem := None:",
+        "weightkeeper/hub.py", "                if (to := route(urljoin(to.url, hop), home, redirect_hosts)).problem:",
+        "                if (to := Route(urljoin(to.url, hop))).problem:",
         "tests/test_hub_answers.py::test_a_listing_redirected_to_another_origin_is_refused"),
+    "redirect-host-resolved-again": (
+        "weightkeeper/hub.py", "    if to.address is None or isinstance(pool, urllib3.ProxyManager):",
+        "    if True:",
+        "tests/test_hub_answers.py::test_a_cdn_whose_dns_answer_changes_after_the_check_is_reached_where_it_was_checked"),
+    "pinned-tls-name-unchecked": (
+        "weightkeeper/hub.py", '"assert_hostname": parts.hostname})', '"assert_hostname": False})',
+        "tests/test_hub_answers.py::test_a_cdn_whose_dns_answer_changes_after_the_check_is_reached_where_it_was_checked"),
     "listing-without-deadline": (
         "weightkeeper/hub.py", "                if time.monotonic() > deadline:", "                if False:",
         "tests/test_hub_answers.py::test_a_listing_that_drips_or_floods_is_cut"),

@@ -5,7 +5,10 @@ and a download follows a redirect only where it is allowed."""
 
 from __future__ import annotations
 
+import datetime
 import logging
+import socket
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,7 +26,7 @@ from weightkeeper.anchored import Dir
 from weightkeeper.config import S3Settings, load_settings
 from weightkeeper.download import RemoteFile, Snapshot, fetch_files
 from weightkeeper.errors import ConfigError, DownloadError
-from weightkeeper.hub import redirect_problem
+from weightkeeper.hub import route
 from weightkeeper.hubserver import LISTING, HubServer
 from weightkeeper.prefectserver import free_port
 from weightkeeper.s3 import make_client, s3_transfer
@@ -284,7 +287,7 @@ def test_a_cdn_on_another_origin_needs_the_allow_list(wk, hub):
 
 def test_a_listing_redirected_to_another_origin_is_refused(wk, hub, other_hub):
     """`huggingface_hub`'s session follows up to 20 redirects anywhere: the listing of a revision is asked here, and
-    a redirect is followed as a file's is (`redirect_problem`), with the token only within the endpoint's origin."""
+    a redirect is followed as a file's is (`route`), with the token only within the endpoint's origin."""
     from prefect.blocks.system import Secret
 
     repo, files, commit = add(hub, "listing-redir")
@@ -364,6 +367,84 @@ def test_a_signed_url_that_cannot_be_reached_never_reaches_a_message_or_a_log(wk
     assert "SIGNEDsecret" not in seen and "AKIASIGNED" not in seen
 
 
+def tls_for(tmp_path: Path, name: str) -> tuple[ssl.SSLContext, Path]:
+    """A server context for `name`, and the file of the authority that signed it (a client trusts only that)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    def certificate(subject: str, key, issuer: str, signer, ca: bool, alt: str | None = None):
+        now = datetime.datetime.now(datetime.timezone.utc)
+        builder = (x509.CertificateBuilder()
+                   .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+                   .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if alt:
+            builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(alt)]), critical=False)
+        return builder.sign(signer, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = certificate("weightkeeper test authority", ca_key, "weightkeeper test authority", ca_key, True)
+    pem = serialization.Encoding.PEM
+    (tmp_path / "ca.pem").write_bytes(ca.public_bytes(pem))
+    (tmp_path / "server.pem").write_bytes(
+        certificate(name, key, "weightkeeper test authority", ca_key, False, name).public_bytes(pem)
+        + key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tmp_path / "server.pem")
+    return context, tmp_path / "ca.pem"
+
+
+def test_a_cdn_whose_dns_answer_changes_after_the_check_is_reached_where_it_was_checked(wk, hub, tmp_path,
+                                                                                       monkeypatch, quick_retries):
+    """DNS rebinding: the Hub redirects a revision's listing and a file to an https CDN whose name resolves to an
+    address the rule allows when checked, and to another when connecting (here both loopback, as the endpoint is;
+    in production a public address, then a private one). Each GET goes to the address that was checked, with the
+    name for TLS and `Host`; the server at the other address (an internal service) is never asked. A certificate
+    for another name is still refused."""
+    context, authority = tls_for(tmp_path, "cdn.test")
+    monkeypatch.setenv("SSL_CERT_FILE", str(authority))
+    with HubServer(tmp_path / "cdn", "127.0.0.2", tls=context) as cdn:
+        port = int(cdn.url.rsplit(":", 1)[1])
+        with HubServer(tmp_path / "internal", "127.0.0.3", port, tls=context) as internal:
+            answers: list[str] = []
+            resolve = socket.getaddrinfo
+
+            def rebinding(host, *args, **kw):
+                if host == "wrong.test":  # the CDN's address under another name: its certificate does not match
+                    return resolve("127.0.0.2", *args, **kw)
+                if host != "cdn.test":
+                    return resolve(host, *args, **kw)
+                checking = (args[0] if args else kw.get("port")) is None  # the check asks with no port
+                answers.append("127.0.0.2" if checking else "127.0.0.3")
+                return resolve(answers[-1], *args, **kw)
+
+            monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+            repo, cdn_files, commit = add(hub, "rebind")
+            cdn.add_repo(repo, cdn_files)
+            internal.add_repo(repo, cdn_files)
+            hub.redirect(f"https://cdn.test:{port}/{repo}/resolve/{commit}/{SHARD}?X-Amz-Signature=s", count=100,
+                         repo_id=repo, filename=SHARD)
+            hub.redirect(f"https://cdn.test:{port}/api/models/{repo}/revision/{commit}?blobs=true", repo_id=repo,
+                         filename=LISTING)
+            wk.declare("rebind", f"hf://{repo}", workspaces=["team-a"])
+            assert ensure_model("rebind") == "Ready", wk.registry.get_model("rebind").message
+            other, files, commit = add(hub, "rebind-name")
+            cdn.add_repo(other, files)
+            hub.redirect(f"https://wrong.test:{port}/{other}/resolve/{commit}/{SHARD}", count=100, repo_id=other,
+                         filename=SHARD)
+            wk.declare("rebind-name", f"hf://{other}", workspaces=["team-a"])
+            assert ensure_model("rebind-name") == "Failed"
+            assert "cannot reach" in failed(wk, "rebind-name") and "wrong.test" in failed(wk, "rebind-name")
+            assert not any(r.repo_id == other for r in cdn.requests)  # the handshake failed: no request was made
+    assert "127.0.0.2" in answers and internal.requests == []
+    assert {r.path.split("/")[1] for r in cdn.requests if r.repo_id == repo} == {"api", "acme"}  # listing and file
+    assert Path(wk.registry.get_model("rebind").local_paths[0].path, SHARD).read_bytes() == cdn_files[SHARD]
+
+
 @pytest.mark.parametrize("location, allowed, refused", [
     ("http://127.0.0.1:9000/x", (), None),  # the endpoint's own origin
     ("http://127.0.0.1:9001/x", (), "not https"),
@@ -381,15 +462,15 @@ def test_a_signed_url_that_cannot_be_reached_never_reaches_a_message_or_a_log(wk
     ("file:///etc/passwd", (), "not an http(s) URL"),
 ])
 def test_where_a_redirect_may_go(location, allowed, refused):
-    problem = redirect_problem(location, "http://127.0.0.1:9000", allowed)
+    problem = route(location, "http://127.0.0.1:9000", allowed).problem
     assert problem is None if refused is None else refused in problem
 
 
 def test_from_a_public_endpoint_no_redirect_goes_to_a_loopback_link_local_or_private_address():
-    assert "private" in redirect_problem("https://10.1.2.3/x", "https://8.8.8.8", ())
-    assert "link-local" in redirect_problem("https://[fe80::1]/x", "https://8.8.8.8", ())
-    assert "loopback" in redirect_problem("https://2130706433/x", "https://8.8.8.8", ())  # 127.0.0.1, spelt as a number
-    assert "loopback" in redirect_problem("https://0.0.0.0/x", "https://8.8.8.8", ())
+    assert "private" in route("https://10.1.2.3/x", "https://8.8.8.8", ()).problem
+    assert "link-local" in route("https://[fe80::1]/x", "https://8.8.8.8", ()).problem
+    assert "loopback" in route("https://2130706433/x", "https://8.8.8.8", ()).problem  # 127.0.0.1, spelt as a number
+    assert "loopback" in route("https://0.0.0.0/x", "https://8.8.8.8", ()).problem
 
 
 @pytest.mark.parametrize("line, error", [

@@ -1,7 +1,8 @@
 """The Hugging Face Hub side of a download: `huggingface_hub` resolves, pooled ranged GETs fetch.
 
-`huggingface_hub` resolves the revision and its files (`model_info`); each file's location is a HEAD
-sent through its session, whose errors `hf_raise_for_status` makes its typed errors. The bytes then come as
+The revision's listing (`model_info`) is one GET asked here as `huggingface_hub` would, its answer read
+bounded; each file's location is a HEAD sent through `huggingface_hub`'s session; `hf_raise_for_status`
+makes their errors its typed errors. The bytes then come as
 ranged GETs over urllib3's pooled connections, several per large file: `hf download` streams a
 file through one connection in Python-sized chunks, which is what limits it. The token goes to
 the endpoint's own origin only, never to a CDN the Hub redirects a file to. Proxies come from
@@ -13,7 +14,8 @@ Whatever the Hub answers is checked before it is used: the commit, every file's 
 (`weightkeeper.download.check_snapshot`), and every place it sends a file to. A download follows a
 redirect only to the endpoint's own origin, to an https host whose addresses are not loopback,
 link-local or private (unless the endpoint's are of the same kind), or to a host the setting
-`hub_redirect_hosts` allows; at most MAX_REDIRECTS of them.
+`hub_redirect_hosts` allows; at most MAX_REDIRECTS of them. A host checked by its addresses is then
+reached at the address checked, not resolved again (`route`).
 
 Every request to the endpoint's origin is taken from the Hub request budget first, and a 429 is absorbed
 (`weightkeeper.hubbudget`, which says what counts).
@@ -29,7 +31,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Collection
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 from urllib.parse import quote, urljoin, urlsplit
 
 import httpx2
@@ -43,6 +45,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+from urllib3.util.connection import allowed_gai_family
 
 from weightkeeper.anchored import Dir
 from weightkeeper.download import (
@@ -67,7 +70,7 @@ from weightkeeper.watchdog import Pace, current, read_body
 API_TIMEOUT_SECONDS = 30.0
 LISTING_BYTES, LISTING_BYTES_PER_FILE = 1 << 20, 4096  # what a revision's listing may hold
 MAX_REDIRECTS = 5
-# urllib3 retries connecting; redirects are followed here, each checked (`redirect_problem`); a body
+# urllib3 retries connecting; redirects are followed here, each checked (`route`); a body
 # cut short is resumed by weightkeeper.download from the bytes written.
 RETRIES = urllib3.Retry(total=None, connect=2, read=0, status=0, other=0, redirect=False)
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -108,44 +111,79 @@ def without_query(url: str) -> str:
     return text if len(text) <= 200 else f"{text[:200]}..."
 
 
-def _kinds(host: str) -> set[str]:
-    """The kinds of addresses `host` resolves to: "loopback", "link-local", "private" (any other address that
-    is not global) or "public". OSError when it does not resolve."""
-    kinds = set()
+def _addresses(host: str) -> dict[str, str]:
+    """The addresses `host` resolves to, in the resolver's order, each with its kind: "loopback", "link-local",
+    "private" (any other address that is not global) or "public". OSError when it does not resolve."""
+    addresses = {}
     for *_, address in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM):
         ip = ipaddress.ip_address(address[0].split("%")[0])
         ip = ip.ipv4_mapped or ip if isinstance(ip, ipaddress.IPv6Address) else ip
-        kinds.add("loopback" if ip.is_loopback or ip.is_unspecified else "link-local" if ip.is_link_local
-                  else "private" if not ip.is_global or ip.is_multicast else "public")
-    return kinds
+        addresses[address[0]] = ("loopback" if ip.is_loopback or ip.is_unspecified else "link-local"
+                                 if ip.is_link_local else "private" if not ip.is_global or ip.is_multicast
+                                 else "public")
+    return addresses
 
 
-def redirect_problem(location: str, endpoint: str, allowed: Collection[str]) -> str | None:
-    """Why a file may not be fetched from `location` (None: it may). Allowed are the endpoint's origin, the
-    hosts (`host` or `host:port`) in `allowed`, and https hosts none of whose addresses is loopback,
-    link-local or private unless the endpoint has an address of the same kind."""
+class Route(NamedTuple):
+    """Where a request may go, and how: `problem` says why it may not; `address` is the one its host was checked
+    at, which the request connects to (None: the endpoint's origin or an allowed host, resolved as usual)."""
+    url: str
+    problem: str | None = None
+    address: str | None = None
+
+
+def route(location: str, endpoint: str, allowed: Collection[str]) -> Route:
+    """How a file or a listing may be fetched from `location`. Allowed are the endpoint's origin, the hosts (`host`
+    or `host:port`) in `allowed`, and https hosts none of whose addresses is loopback, link-local or private unless
+    the endpoint has an address of the same kind; such a host is then reached at the address that was checked, so
+    a DNS answer that changes after the check (rebinding) is never asked."""
     parts = urlsplit(location)
     try:
         port = parts.port or DEFAULT_PORTS.get(parts.scheme)
     except ValueError:
-        return "its port is not a number"
+        return Route(location, "its port is not a number")
     if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
-        return "it is not an http(s) URL"
+        return Route(location, "it is not an http(s) URL")
     if _origin(location) == _origin(endpoint):
-        return None
+        return Route(location)
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     if host in allowed or f"{host}:{port}" in allowed:
-        return None
+        return Route(location)
     if parts.scheme != "https":
-        return "it is not https and not the endpoint's origin (allow its host in hub_redirect_hosts if it is trusted)"
+        return Route(location, "it is not https and not the endpoint's origin (allow its host in "
+                               "hub_redirect_hosts if it is trusted)")
     try:
-        kinds, home = _kinds(parts.hostname), _kinds(urlsplit(endpoint).hostname or "")
+        addresses, home = _addresses(parts.hostname), set(_addresses(urlsplit(endpoint).hostname or "").values())
     except OSError as e:
         raise DownloadError(f"cannot resolve {host} to check a redirect to it ({e}); will retry (a host only a "
                             "proxy can resolve must be allowed in hub_redirect_hosts)") from None
-    if bad := sorted(kinds - home - {"public"}):
-        return f"{host} has a {' and a '.join(bad)} address (allow it in hub_redirect_hosts if it is trusted)"
-    return None
+    if bad := sorted(set(addresses.values()) - home - {"public"}):
+        return Route(location, f"{host} has a {' and a '.join(bad)} address (allow it in hub_redirect_hosts if it "
+                               "is trusted)")
+    ipv4_only = allowed_gai_family() == socket.AF_INET
+    usable = [a for a in addresses if not ipv4_only or ":" not in a]
+    if not usable:
+        raise DownloadError(f"{host} has no IPv4 address and this host has no IPv6; will retry")
+    return Route(location, address=usable[0])
+
+
+def _get(to: Route, headers: dict[str, str], timeout: urllib3.Timeout) -> urllib3.BaseHTTPResponse:
+    """A GET of `to.url` (no redirect followed): at `to.address` when its host was checked there, with the host's
+    name for TLS and `Host`, unless a proxy resolves the name."""
+    pool = _pool(to.url)
+    options = dict(preload_content=False, decode_content=False, retries=RETRIES, redirect=False, timeout=timeout)
+    if to.address is None or isinstance(pool, urllib3.ProxyManager):
+        return pool.request("GET", to.url, headers=headers, **options)
+    parts = urlsplit(to.url)
+    name = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    connection = pool.connection_from_host(f"[{to.address}]" if ":" in to.address else to.address,
+                                           parts.port or DEFAULT_PORTS["https"], "https",
+                                           pool_kwargs={"server_hostname": parts.hostname,
+                                                        "assert_hostname": parts.hostname})
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return connection.urlopen("GET", target, headers={**headers, "Host": name + (f":{parts.port}" if parts.port
+                                                                               else "")},
+                              assert_same_host=False, **options)
 
 
 def status_error(status: int | None, source: HfSource, endpoint: str | None) -> DownloadError:
@@ -225,47 +263,48 @@ def resolve_snapshot(source: HfSource, endpoint: str | None, token: str | None, 
 def model_info(source: HfSource, home: str, token: str | None, limits: Limits,
                redirect_hosts: Collection[str] = ()) -> ModelInfo:
     """The revision's commit and files (`/api/models/<repo>/revision/<rev>?blobs=true` on the endpoint `home`), as
-    `HfApi.model_info` asks, but bounded: a redirect is followed only where `redirect_problem` finds none, and with
-    the token only within `home`'s origin (a renamed repository); the answer may take API_TIMEOUT_SECONDS in all
-    and hold LISTING_BYTES plus LISTING_BYTES_PER_FILE per `max_manifest_files`."""
+    `HfApi.model_info` asks, but bounded: a redirect is followed only by `route`, and with the token only within
+    `home`'s origin (a renamed repository); the answer may take API_TIMEOUT_SECONDS in all and hold LISTING_BYTES
+    plus LISTING_BYTES_PER_FILE per `max_manifest_files`."""
     url = f"{home}/api/models/{source.repo_id}/revision/{quote(source.revision, safe='')}?blobs=true"
-    headers = build_hf_headers(token=token or False, library_name="weightkeeper")
+    headers = {**build_hf_headers(token=token or False, library_name="weightkeeper"), "Accept-Encoding": "identity"}
     anonymous = {k: v for k, v in headers.items() if k.lower() != "authorization"}
     cap = LISTING_BYTES + LISTING_BYTES_PER_FILE * limits.max_manifest_files
     deadline = time.monotonic() + API_TIMEOUT_SECONDS
     where = f"the files of {source.repo_id} on {home}"
+    to = Route(url)
 
     def late() -> DownloadError:
         return DownloadError(f"{home} took over {API_TIMEOUT_SECONDS:.0f} s to list {where}; will retry")
 
     for _ in range(MAX_REDIRECTS + 1):
-        if time.monotonic() > deadline:
+        if (left := deadline - time.monotonic()) <= 0:
             raise late()
-        own = _origin(url) == _origin(home)
-        with get_session().stream("GET", url, headers=headers if own else anonymous, timeout=API_TIMEOUT_SECONDS,
-                                  follow_redirects=False) as response:
-            if response.has_redirect_location:
-                target = urljoin(url, response.headers["Location"])
-                if problem := redirect_problem(target, home, redirect_hosts):
-                    raise DownloadError(f"{home} redirected the listing of {where} to {without_query(target)}; "
-                                        f"refused: {problem}", permanent=True)
-                url = target
+        own = _origin(to.url) == _origin(home)
+        response = _get(to, headers if own else anonymous, urllib3.Timeout(left))
+        try:
+            if hop := response.get_redirect_location():
+                if (to := route(urljoin(to.url, hop), home, redirect_hosts)).problem:
+                    raise DownloadError(f"{home} redirected the listing of {where} to {without_query(to.url)}; "
+                                        f"refused: {to.problem}", permanent=True)
                 continue
             body = bytearray()
-            for chunk in response.iter_bytes():
+            while chunk := response.read1(65536):
                 body += chunk
                 if len(body) > cap:
                     raise DownloadError(f"refusing {where}: the listing is over {cap} bytes (max_manifest_files "
                                         f"{limits.max_manifest_files})", permanent=True)
                 if time.monotonic() > deadline:
                     raise late()
-            hf_raise_for_status(httpx2.Response(response.status_code, headers=response.headers, content=bytes(body),
-                                                request=response.request))  # as read: an error's body is its message
-            try:
-                return ModelInfo(**json.loads(body))
-            except (ValueError, TypeError, KeyError) as e:
-                raise DownloadError(f"refusing {where}: the listing is not a model's ({shown(str(e))})",
-                                    permanent=True) from None
+        finally:
+            response.close()
+        hf_raise_for_status(httpx2.Response(response.status, headers=dict(response.headers), content=bytes(body),
+                                            request=httpx2.Request("GET", to.url)))  # an error's body is its message
+        try:
+            return ModelInfo(**json.loads(body))
+        except (ValueError, TypeError, KeyError) as e:
+            raise DownloadError(f"refusing {where}: the listing is not a model's ({shown(str(e))})",
+                                permanent=True) from None
     raise DownloadError(f"{home} redirected the listing of {where} more than {MAX_REDIRECTS} times; will retry")
 
 
@@ -308,23 +347,23 @@ def check_access(source: HfSource, path: str, endpoint: str | None, token: str |
 def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str | None,
                  redirect_hosts: Collection[str] = (), budget: HubBudget = UNMETERED) -> Transfer:
     """Ranges of a commit's files: one HEAD per file (through `huggingface_hub`) finds where it is served;
-    a redirect there or on the way is followed only where `redirect_problem` finds none."""
+    a redirect there or on the way is followed only by `route`."""
     headers = build_hf_headers(token=token or False, library_name="weightkeeper")
     anonymous = {k: v for k, v in headers.items() if k.lower() != "authorization"}
     timeout = urllib3.Timeout(connect=API_TIMEOUT_SECONDS, read=float(constants.HF_HUB_DOWNLOAD_TIMEOUT))
     home = endpoint or constants.ENDPOINT
     key = budget_key(home, token)
-    located: dict[str, str] = {}
+    located: dict[str, Route] = {}
     locks: dict[str, threading.Lock] = {}
     guard = threading.Lock()
 
-    def check(remote: RemoteFile, location: str) -> str:
-        if problem := redirect_problem(location, home, redirect_hosts):
+    def check(remote: RemoteFile, location: str) -> Route:
+        if (to := route(location, home, redirect_hosts)).problem:
             raise DownloadError(f"{home} redirected {remote.path} of {source.repo_id} to {without_query(location)}; "
-                                f"refused: {problem}", permanent=True)
-        return location
+                                f"refused: {to.problem}", permanent=True)
+        return to
 
-    def locate(remote: RemoteFile) -> str:
+    def locate(remote: RemoteFile) -> Route:
         """Where the file's bytes are served."""
         with guard:
             lock = locks.setdefault(remote.path, threading.Lock())
@@ -339,16 +378,18 @@ def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str
         finally:
             lock.release()
 
-    def get(remote: RemoteFile, location: str, wanted: dict[str, str]) -> urllib3.BaseHTTPResponse:
-        """The GET of `location`, through checked redirects; the token only to the endpoint's origin, and only
+    def get(remote: RemoteFile, to: Route, wanted: dict[str, str]) -> urllib3.BaseHTTPResponse:
+        """The GET of `to`, through checked redirects; the token only to the endpoint's origin, and only
         requests there taken from the budget."""
-        def send(location: str, own: bool) -> urllib3.BaseHTTPResponse:
+        def send(to: Route, own: bool) -> urllib3.BaseHTTPResponse:
             try:
-                response = _pool(location).request("GET", location, headers={**(headers if own else anonymous),
-                                                   **wanted}, preload_content=False, decode_content=False,
-                                                   retries=RETRIES, redirect=False, timeout=timeout)
+                response = _get(to, {**(headers if own else anonymous), **wanted}, timeout)
             except urllib3.exceptions.HTTPError as e:
-                raise hub_error(e, source, endpoint) from None
+                if own:
+                    raise hub_error(e, source, endpoint) from None
+                at = f" at {to.address}" if to.address else ""
+                raise DownloadError(f"cannot reach {without_query(to.url)}{at}, where {home} sent {remote.path} of "
+                                    f"{source.repo_id}: {e}; will retry") from None
             if own and response.status == 429:
                 throttled = Throttled(response.headers)
                 response.close()
@@ -356,15 +397,15 @@ def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str
             return response
 
         for _ in range(MAX_REDIRECTS + 1):
-            if _origin(location) == _origin(home):
-                response = budget.call(key, _bucket(location), lambda at=location: send(at, True),
+            if _origin(to.url) == _origin(home):
+                response = budget.call(key, _bucket(to.url), lambda at=to: send(at, True),
                                        f"{remote.path} of {source.repo_id}")
             else:
-                response = send(location, False)
+                response = send(to, False)
             if not (hop := response.get_redirect_location()):
                 return response
             response.close()
-            location = check(remote, urljoin(location, hop))
+            to = check(remote, urljoin(to.url, hop))
         raise DownloadError(f"{home} redirected {remote.path} of {source.repo_id} more than {MAX_REDIRECTS} times; "
                             "will retry")
 

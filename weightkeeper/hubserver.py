@@ -2,7 +2,7 @@
 
 It speaks enough of the Hub API for the real ``huggingface_hub`` client (``model_info``/``repo_info``,
 ``list_repo_tree``, ``hf_hub_download``, ``snapshot_download``) and the ``hf download`` CLI, pointed at it with
-``endpoint=`` or ``HF_ENDPOINT=http://127.0.0.1:PORT``. Only plain HTTP is spoken, with no Xet headers. By default
+``endpoint=`` or ``HF_ENDPOINT=http://127.0.0.1:PORT``. Plain HTTP is spoken (https given a TLS context), with no Xet headers. By default
 ``/resolve/`` serves bodies itself; with ``cdn_redirects`` set, LFS files redirect (302) to a "CDN" URL on another
 origin of this server (``localhost`` for ``127.0.0.1``), as the Hub does, which needs no token.
 
@@ -29,6 +29,7 @@ import math
 import os
 import re
 import shutil
+import ssl
 import sys
 import threading
 import time
@@ -406,12 +407,15 @@ class _HTTPServer(ThreadingHTTPServer):
 class HubServer:
     """Hub-protocol server over a local directory. Thread-safe; use as a context manager or start()/stop()."""
 
-    def __init__(self, root: Path, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, root: Path, host: str = "127.0.0.1", port: int = 0, tls: ssl.SSLContext | None = None):
+        """`tls`: a server context to speak https with (the handshake happens in each request's thread)."""
         self.root = Path(root)
         (self.root / "blobs").mkdir(parents=True, exist_ok=True)
         self._httpd = _HTTPServer((host, port), _Handler)
         self._httpd.hub = self
-        self.url = f"http://{host}:{self._httpd.server_address[1]}"
+        if tls:
+            self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True, do_handshake_on_connect=False)
+        self.url = f"{'https' if tls else 'http'}://{host}:{self._httpd.server_address[1]}"
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._lock = threading.Lock()
