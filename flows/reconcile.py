@@ -106,7 +106,7 @@ def _verify(settings: Settings, registry: Registry, artifacts: list[Artifact]) -
     due |= {a.path: when.of(a.verified_at, a.checked_at, a.id) for a in shared if a.state == A_READY}
     manifests = registry.manifests({c.model_id for c in own if due.get(c.path) is not None})
     wanted = [(a.path, a.files, a.id, a.made) for a in shared] + \
-             [(c.path, manifests[c.model_id], c.path_id, None) for c in own if c.model_id in manifests]
+             [(c.path, manifests[c.model_id], c.path_id, c.made) for c in own if c.model_id in manifests]
     artifacts = {a.path for a in shared}
     sizes = {id(files): listed(files) for _, files, *_ in wanted}  # a model's copies share its manifest
     copies = [copy for path, files, key, made in wanted if due.get(path) is not None
@@ -126,7 +126,7 @@ def _verify(settings: Settings, registry: Registry, artifacts: list[Artifact]) -
 
 def _copy(path: str, files: list, key: int, artifact: bool, deep: bool, sizes: tuple | None,
           made: str | None) -> Copy | None:
-    """The copy for the bulk check (`sizes`: `listed(files)`; `made`: a shared copy's identity); None when its
+    """The copy for the bulk check (`sizes`: `listed(files)`; `made`: its directory's identity); None when its
     manifest is malformed (its own task says so)."""
     if deep:
         try:

@@ -40,11 +40,11 @@ class Copy(NamedTuple):  # a tuple: a pass builds one per copy due
     id: int
     artifact: bool = False
     deep: bool = False
-    made: str | None = None  # a shared copy's recorded identity: another directory there is not it
+    made: str | None = None  # the copy's recorded identity: another directory there is not it
 
 
 def _replaced(d: Dir, path: str, made: str | None) -> list[Problem]:
-    """A shared copy whose directory is not the one weightkeeper made (someone put another there): one problem."""
+    """A copy whose directory is not the one weightkeeper made (someone put another there): one problem."""
     if made_here(d, made):
         return []
     return [Problem(path, "replaced: not the directory weightkeeper made there (left in place)")]
@@ -54,9 +54,10 @@ def _replaced(d: Dir, path: str, made: str | None) -> list[Problem]:
 def check_copies(copies: list[Copy]) -> dict[str, str]:
     """A pass's bulk check, in one task: each copy opened from its volume root as `open_path` opens it (a parent
     once for its children), no link followed; each file present, regular and of its size (a stat), and hashed
-    when the copy is `deep`. Records when each copy that passed was checked (and verified); returns the first
-    problem of each that did not, by path (its own task repairs it). A shared copy recorded before identities were
-    kept (`legacy`) gets the identity of the directory that passed a full hash."""
+    when the copy is `deep`; a directory weightkeeper did not make there (`made`) is not the copy. Records when
+    each copy that passed was checked (and verified); returns the first problem of each that did not, by path (its
+    own task repairs it). A shared copy recorded before identities were kept (`legacy`) gets the identity of the
+    directory that passed a full hash."""
     settings, registry = current()
     damaged: dict[str, str] = {}
     found: dict[int, str] = {}
@@ -64,7 +65,7 @@ def check_copies(copies: list[Copy]) -> dict[str, str]:
         for copy in sorted(copies, key=lambda c: c.path):
             try:
                 with opener.open(copy.path, copy.artifact) as d:
-                    problems = (copy.artifact and _replaced(d, copy.path, copy.made)) or (
+                    problems = _replaced(d, copy.path, copy.made) or (
                         verify_copy(d, copy.files, deep=True, pool=pool) if copy.deep else check_sizes(d, copy.files))
                     if copy.artifact and copy.deep and copy.made == LEGACY and not problems:
                         found[copy.id] = d.identity()
@@ -212,7 +213,7 @@ def verify_model_path(name: str, path_id: int) -> str:
     files = tuple(RemoteFile.from_json(f) for f in model.files or [])
     deep = hash_due(entry.verified_at, settings.verify_interval_seconds, utcnow()) or entry.status != READY
     with _opened(entry.path, settings) as own:
-        problems = _check(own, files, deep, settings)
+        problems = (own is not None and _replaced(own, entry.path, entry.made)) or _check(own, files, deep, settings)
     if not problems:
         if not deep:
             return "checked"

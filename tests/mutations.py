@@ -665,6 +665,15 @@ MUTATIONS = {
     "pinned-tls-name-unchecked": (
         "weightkeeper/hub.py", '"assert_hostname": parts.hostname})', '"assert_hostname": False})',
         "tests/test_hub_answers.py::test_a_cdn_whose_dns_answer_changes_after_the_check_is_reached_where_it_was_checked"),
+    "own-copy-identity-unchecked": (
+        "tasks/verify.py", "                    problems = _replaced(d, copy.path, copy.made) or (",
+        "                    problems = (copy.artifact and _replaced(d, copy.path, copy.made)) or (",
+        "tests/test_attacks.py::test_a_model_directory_replaced_after_it_was_made_fails_the_model_at_the_next_pass"),
+    "own-copy-identity-unchecked-by-its-task": (
+        "tasks/verify.py",
+        "        problems = (own is not None and _replaced(own, entry.path, entry.made)) or _check(own, files, deep, settings)",
+        "        problems = _check(own, files, deep, settings)",
+        "tests/test_attacks.py::test_a_model_directory_replaced_after_it_was_made_fails_the_model_at_the_next_pass"),
     "listing-without-deadline": (
         "weightkeeper/hub.py", "                if time.monotonic() > deadline:", "                if False:",
         "tests/test_hub_answers.py::test_a_listing_that_drips_or_floods_is_cut"),

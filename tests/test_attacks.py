@@ -597,6 +597,30 @@ def test_a_replaced_model_directory_is_left_to_its_owner_and_the_model_released(
     assert fetched_files(str(alice / "old" / "acme--replaced")) == FETCHED  # moved away: no longer at a model path
 
 
+def test_a_model_directory_replaced_after_it_was_made_fails_the_model_at_the_next_pass(wk, hub):
+    """Whoever can write the model path's parent moves the Ready copy away and puts their own directory there, with
+    the same bytes (so sizes and hashes pass) and a file of their own: the next pass sees it is not the directory
+    weightkeeper made, fails the model and leaves it in place; the delete leaves it too."""
+    files = tiny_files("replaced-own")
+    hub.add_repo("acme/replaced-own", files)
+    wk.declare("mine", "hf://acme/replaced-own", workspaces=["team-a"], subpath="alice")
+    assert ensure_model("mine") == "Ready"
+    path = Path(wk.registry.get_model("mine").local_paths[0].path)
+    os.rename(path, path.with_name("theirs-now"))
+    shutil.copytree(path.with_name("theirs-now"), path)
+    (path / "my-thesis.tex").write_text("the user's")
+    before = tree(path)
+    outcome = reconcile()[str(path)]
+    model = wk.registry.get_model("mine")
+    assert model.phase == "Failed", (outcome, model.message)
+    assert "replaced: not the directory weightkeeper made there" in model.message
+    assert "already holds files weightkeeper did not write" in model.local_paths[0].message and tree(path) == before
+    with warnings_logged() as warnings:
+        assert delete_model("mine") == "Released"
+    assert tree(path) == before
+    assert any("is not the directory weightkeeper made there" in w for w in warnings), warnings
+
+
 def test_a_shared_copy_planted_before_any_model_is_never_adopted_trusted_or_removed(wk, hub):
     """The user, who can write `<volume>/models`, makes the shared copy's directory first: right names and sizes,
     poisoned bytes, the ready marker, and a file of their own. weightkeeper never fills, links or trusts it."""

@@ -228,8 +228,9 @@ def _insert_ready(wk, count: int, start: int, files: list[dict], template: Path)
             row = ModelRow(name=f"many-{i}", owner_name="alice", owner_uid=1000, source=f"hf://acme/many-{i}",
                            repo_id=f"acme/many-{i}", revision="main", commit="0" * 40, files=files, phase="Ready",
                            message="", created_at=now, updated_at=now, cleanup_attempts=0)
+            st = path.stat()
             row.paths = [LocalPathRow(workspace="team-a", cluster="local", path=str(path), status="Ready", message="",
-                                      owned=True, verified_at=now, updated_at=now)]
+                                      owned=True, made=f"{st.st_dev}:{st.st_ino}", verified_at=now, updated_at=now)]
             s.add(row)
 
 

@@ -26,6 +26,7 @@ class OwnCopy(NamedTuple):  # a tuple: a pass reads one per copy
     status: str
     verified_at: datetime | None
     checked_at: datetime | None
+    made: str | None  # the identity of the directory weightkeeper made there (fsops.made_here)
 
 
 def _chunks(ids: Iterable[int]) -> Iterable[list[int]]:
@@ -43,13 +44,14 @@ class CopyOps:
         with self._tx() as s:
             rows = s.execute(
                 select(LocalPathRow.id, LocalPathRow.model_id, ModelRow.name, LocalPathRow.workspace, LocalPathRow.path,
-                       LocalPathRow.status, LocalPathRow.verified_at, LocalPathRow.checked_at).join(ModelRow)
+                       LocalPathRow.status, LocalPathRow.verified_at, LocalPathRow.checked_at,
+                       LocalPathRow.made).join(ModelRow)
                 .where(ModelRow.phase.in_((READY, FAILED)), ModelRow.commit.is_not(None),
                        LocalPathRow.status.in_((READY, FAILED)),
                        LocalPathRow.owned.is_(True), LocalPathRow.retired.is_(False),
                        LocalPathRow.artifact_id.is_(None)).order_by(LocalPathRow.id))
-            return [OwnCopy(i, m, name, ws, path, status, _utc(verified), _utc(checked))
-                    for i, m, name, ws, path, status, verified, checked in rows]
+            return [OwnCopy(i, m, name, ws, path, status, _utc(verified), _utc(checked), made)
+                    for i, m, name, ws, path, status, verified, checked, made in rows]
 
     def verified_copies(self, repo_id: str, cluster: str, volume: str,
                         token_block: str | None) -> list[tuple[str, list]]:
