@@ -82,8 +82,8 @@ MUTATIONS = {
     "range-resumes-in-run": ("weightkeeper/download.py", "            transfer(file.remote, part.offset, part.end, write)",
                              "            transfer(file.remote, part.start, part.end, write)",
                              "tests/test_download.py::test_a_range_cut_mid_body_resumes_from_its_last_written_byte"),
-    "token-not-to-cdn": ("weightkeeper/hub.py", "headers={**(headers if own else anonymous),",
-                         "headers={**(headers),",
+    "token-not-to-cdn": ("weightkeeper/hub.py", "_get(to, {**(headers if own else anonymous), **wanted}",
+                         "_get(to, {**headers, **wanted}",
                          "tests/test_download.py::test_the_token_goes_to_the_hub_and_never_to_the_cdn_it_redirects_to"),
     "connection-reuse": ("weightkeeper/hub.py", "if left == 0 and response._fp.isclosed():", "if False:",
                          "tests/test_download.py::test_ranges_reuse_their_connections"),
@@ -485,7 +485,7 @@ MUTATIONS = {
         "weightkeeper/registry/budget.py", "            row.throttled += 1\n", "",
         "tests/test_budget.py::test_garbage_and_huge_waits_are_bounded_and_cdn_requests_take_nothing"),
     "hub-cdn-counted": (
-        "weightkeeper/hub.py", "            if _origin(location) == _origin(home):\n                response = budget.call(",
+        "weightkeeper/hub.py", "            if _origin(to.url) == _origin(home):\n                response = budget.call(",
         "            if True:\n                response = budget.call(",
         "tests/test_budget.py::test_garbage_and_huge_waits_are_bounded_and_cdn_requests_take_nothing"),
     "serve-run-limit": ("weightkeeper/serve.py", '"--limit", str(settings.worker_run_limit), ', "",
@@ -659,11 +659,11 @@ MUTATIONS = {
         "                if (to := Route(urljoin(to.url, hop))).problem:",
         "tests/test_hub_answers.py::test_a_listing_redirected_to_another_origin_is_refused"),
     "redirect-host-resolved-again": (
-        "weightkeeper/hub.py", "    if to.address is None or isinstance(pool, urllib3.ProxyManager):",
+        "weightkeeper/hub.py", "    if not to.addresses or isinstance(pool, urllib3.ProxyManager):",
         "    if True:",
         "tests/test_hub_answers.py::test_a_cdn_whose_dns_answer_changes_after_the_check_is_reached_where_it_was_checked"),
     "pinned-tls-name-unchecked": (
-        "weightkeeper/hub.py", '"assert_hostname": parts.hostname})', '"assert_hostname": False})',
+        "weightkeeper/hub.py", '"assert_hostname": tls_name})', '"assert_hostname": False})',
         "tests/test_hub_answers.py::test_a_cdn_whose_dns_answer_changes_after_the_check_is_reached_where_it_was_checked"),
     "own-copy-identity-unchecked": (
         "tasks/verify.py", "                    problems = _replaced(d, copy.path, copy.made) or (",
@@ -674,12 +674,26 @@ MUTATIONS = {
         "        problems = (own is not None and _replaced(own, entry.path, entry.made)) or _check(own, files, deep, settings)",
         "        problems = _check(own, files, deep, settings)",
         "tests/test_attacks.py::test_a_model_directory_replaced_after_it_was_made_fails_the_model_at_the_next_pass"),
+    "ipv6-embedded-ipv4-ignored": (
+        "weightkeeper/hub.py", ("        if ip.is_site_local:", "        ip = embedded or ip"),
+        ("        if False:", "        ip = ip"),
+        "tests/test_hub_answers.py::test_an_ipv6_address_that_carries_an_ipv4_address_is_of_that_ones_kind"),
     "listing-without-deadline": (
-        "weightkeeper/hub.py", "                if time.monotonic() > deadline:", "                if False:",
+        "weightkeeper/hub.py", "    if time.monotonic() >= deadline:  # the reads ended", "    if False:  # the reads ended",
         "tests/test_hub_answers.py::test_a_listing_that_drips_or_floods_is_cut"),
+    "listing-deadline-waits-for-a-read": (
+        "weightkeeper/hub.py", "    timer.start()\n", "    pass\n",
+        "tests/test_hub_answers.py::test_a_listing_whose_chunked_trailers_never_end_is_cut_at_the_deadline"),
     "listing-unbounded": (
-        "weightkeeper/hub.py", "                if len(body) > cap:", "                if False:",
+        "weightkeeper/hub.py", "            if len(body) > cap:", "            if False:",
         "tests/test_hub_answers.py::test_a_listing_that_drips_or_floods_is_cut"),
+    "listing-inflated": (
+        "weightkeeper/hub.py", '.strip().lower()) != "identity":', '.strip().lower()) == "never":',
+        "tests/test_hub_answers.py::test_a_listing_sent_compressed_is_refused_before_it_is_inflated"),
+    "redirect-first-address-only": (
+        "weightkeeper/hub.py", ("    for address in to.addresses[:-1]:", "    return at(to.addresses[-1]).urlopen("),
+        ("    for address in ():", "    return at(to.addresses[0]).urlopen("),
+        "tests/test_hub_answers.py::test_a_cdn_whose_dns_answer_changes_after_the_check_is_reached_where_it_was_checked"),
     "copy-adopted-where-it-stands": (
         "weightkeeper/fsops.py", "        return own_directory(parent, name, path, made, COPY_REMEDY)",
         "        return parent.descend(name, create=True), made or LEGACY",
@@ -703,8 +717,8 @@ MUTATIONS = {
         "tasks/verify.py", "                        found[copy.id] = d.identity()", "                        pass",
         "tests/test_sharing.py::test_a_copy_recorded_before_identities_gets_its_own_after_a_full_hash"),
     "listing-token-leaves-origin": (
-        "weightkeeper/hub.py", "headers=headers if own else anonymous, timeout=API_TIMEOUT_SECONDS,",
-        "headers=headers, timeout=API_TIMEOUT_SECONDS,",
+        "weightkeeper/hub.py", "_get(to, headers if own else anonymous, urllib3.Timeout(left))",
+        "_get(to, headers, urllib3.Timeout(left))",
         "tests/test_hub_answers.py::test_a_listing_redirected_to_another_origin_is_refused"),
     "sizing-waits-for-budget": (
         "weightkeeper/service.py", "        if seconds is not None:\n            raise UnavailableError(",

@@ -5,13 +5,17 @@ and a download follows a redirect only where it is allowed."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import gzip
+import ipaddress
 import logging
 import socket
 import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,10 +28,11 @@ from weightkeeper.tasks.download import download_snapshot
 from weightkeeper.tasks.snapshot import resolve_revision
 from weightkeeper.anchored import Dir
 from weightkeeper.config import S3Settings, load_settings
-from weightkeeper.download import RemoteFile, Snapshot, fetch_files
+from weightkeeper.download import Limits, RemoteFile, Snapshot, fetch_files
 from weightkeeper.errors import ConfigError, DownloadError
-from weightkeeper.hub import route
+from weightkeeper.hub import kind, model_info, route
 from weightkeeper.hubserver import LISTING, HubServer
+from weightkeeper.layout import HfSource
 from weightkeeper.prefectserver import free_port
 from weightkeeper.s3 import make_client, s3_transfer
 from weightkeeper.verify import verify_copy
@@ -332,6 +337,61 @@ def test_a_listing_that_drips_or_floods_is_cut(wk, hub, monkeypatch):
     assert f"the listing is over {(1 << 20) + 4096 * 10} bytes (max_manifest_files 10)" in failed(wk, "listing-flood")
 
 
+@contextlib.contextmanager
+def raw_listing(head: bytes, body: bytes, drip: bytes = b"", every: float = 0.2) -> Iterator[str]:
+    """A server on loopback that answers every request with `head` and `body` as given (no framing added), then
+    `drip` every `every` s for 30 s (trailer lines after a chunked body's end): the endpoint's URL."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while not stop.is_set():
+                conn, _ = listener.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(head + body)
+                    for _ in range(int(30 / every) if drip else 0):
+                        if stop.wait(every):
+                            break
+                        conn.sendall(drip)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        listener.close()
+
+
+def test_a_listing_whose_chunked_trailers_never_end_is_cut_at_the_deadline(monkeypatch):
+    """Every read returns quickly, but the chunked body's trailer lines never end, all within one read of the body:
+    the listing's deadline holds anyway."""
+    import weightkeeper.hub
+
+    monkeypatch.setattr(weightkeeper.hub, "API_TIMEOUT_SECONDS", 2.0)
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    with raw_listing(head, b"2\r\n{}\r\n0\r\n", drip=b"X-Trailer: 1\r\n") as url:
+        started = time.monotonic()
+        with pytest.raises(DownloadError, match="took over 2 s to list the files of acme/trailers"):
+            model_info(HfSource("acme/trailers"), url, None, Limits())
+        assert time.monotonic() - started < 10  # not the 30 s the trailers last
+
+
+def test_a_listing_sent_compressed_is_refused_before_it_is_inflated():
+    """Asked for as is (`Accept-Encoding: identity`), the listing comes as gzip inside gzip: a few hundred bytes
+    that would inflate to 64 MiB (or terabytes, in three layers). It is refused, never inflated."""
+    body = gzip.compress(gzip.compress(bytes(64 << 20)))
+    for status in (b"200 OK", b"404 Not Found"):  # an error's body is read too (its message)
+        head = (b"HTTP/1.1 " + status + b"\r\nContent-Type: application/json\r\nContent-Encoding: gzip, gzip\r\n"
+                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        with raw_listing(head, body) as url:
+            with pytest.raises(DownloadError, match="the listing came encoded .'gzip, gzip'., not as asked") as e:
+                model_info(HfSource("acme/bomb"), url, None, Limits())
+        assert e.value.permanent
+
+
 def test_the_token_never_follows_a_redirect_to_huggingface_co_from_another_endpoint(wk, hub, other_hub, monkeypatch):
     """A mirror (the endpoint) redirects a file to huggingface.co, which `huggingface_hub` trusts with the token
     whatever the endpoint (no network here: the other server stands for it, made one of its Hub origins)."""
@@ -367,14 +427,14 @@ def test_a_signed_url_that_cannot_be_reached_never_reaches_a_message_or_a_log(wk
     assert "SIGNEDsecret" not in seen and "AKIASIGNED" not in seen
 
 
-def tls_for(tmp_path: Path, name: str) -> tuple[ssl.SSLContext, Path]:
-    """A server context for `name`, and the file of the authority that signed it (a client trusts only that)."""
+def tls_for(tmp_path: Path, *names: str) -> tuple[ssl.SSLContext, Path]:
+    """A server context for `names`, and the file of the authority that signed it (a client trusts only that)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    def certificate(subject: str, key, issuer: str, signer, ca: bool, alt: str | None = None):
+    def certificate(subject: str, key, issuer: str, signer, ca: bool, alt: tuple[str, ...] = ()):
         now = datetime.datetime.now(datetime.timezone.utc)
         builder = (x509.CertificateBuilder()
                    .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
@@ -383,7 +443,8 @@ def tls_for(tmp_path: Path, name: str) -> tuple[ssl.SSLContext, Path]:
                    .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=1))
                    .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
         if alt:
-            builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(alt)]), critical=False)
+            builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(a) for a in alt]),
+                                            critical=False)
         return builder.sign(signer, hashes.SHA256())
 
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
@@ -391,7 +452,7 @@ def tls_for(tmp_path: Path, name: str) -> tuple[ssl.SSLContext, Path]:
     pem = serialization.Encoding.PEM
     (tmp_path / "ca.pem").write_bytes(ca.public_bytes(pem))
     (tmp_path / "server.pem").write_bytes(
-        certificate(name, key, "weightkeeper test authority", ca_key, False, name).public_bytes(pem)
+        certificate(names[0], key, "weightkeeper test authority", ca_key, False, names).public_bytes(pem)
         + key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(tmp_path / "server.pem")
@@ -404,8 +465,8 @@ def test_a_cdn_whose_dns_answer_changes_after_the_check_is_reached_where_it_was_
     address the rule allows when checked, and to another when connecting (here both loopback, as the endpoint is;
     in production a public address, then a private one). Each GET goes to the address that was checked, with the
     name for TLS and `Host`; the server at the other address (an internal service) is never asked. A certificate
-    for another name is still refused."""
-    context, authority = tls_for(tmp_path, "cdn.test")
+    for another name is still refused; when the first address checked refuses, the next one is tried."""
+    context, authority = tls_for(tmp_path, "cdn.test", "two.test")
     monkeypatch.setenv("SSL_CERT_FILE", str(authority))
     with HubServer(tmp_path / "cdn", "127.0.0.2", tls=context) as cdn:
         port = int(cdn.url.rsplit(":", 1)[1])
@@ -416,6 +477,8 @@ def test_a_cdn_whose_dns_answer_changes_after_the_check_is_reached_where_it_was_
             def rebinding(host, *args, **kw):
                 if host == "wrong.test":  # the CDN's address under another name: its certificate does not match
                     return resolve("127.0.0.2", *args, **kw)
+                if host == "two.test":  # two addresses, nothing listening at the first
+                    return resolve("127.0.0.4", *args, **kw) + resolve("127.0.0.2", *args, **kw)
                 if host != "cdn.test":
                     return resolve(host, *args, **kw)
                 checking = (args[0] if args else kw.get("port")) is None  # the check asks with no port
@@ -440,6 +503,12 @@ def test_a_cdn_whose_dns_answer_changes_after_the_check_is_reached_where_it_was_
             assert ensure_model("rebind-name") == "Failed"
             assert "cannot reach" in failed(wk, "rebind-name") and "wrong.test" in failed(wk, "rebind-name")
             assert not any(r.repo_id == other for r in cdn.requests)  # the handshake failed: no request was made
+            second, files, commit = add(hub, "rebind-second")
+            cdn.add_repo(second, files)
+            hub.redirect(f"https://two.test:{port}/{second}/resolve/{commit}/{SHARD}", count=100, repo_id=second,
+                         filename=SHARD)
+            wk.declare("rebind-second", f"hf://{second}", workspaces=["team-a"])
+            assert ensure_model("rebind-second") == "Ready"  # the next address checked, when the first refuses
     assert "127.0.0.2" in answers and internal.requests == []
     assert {r.path.split("/")[1] for r in cdn.requests if r.repo_id == repo} == {"api", "acme"}  # listing and file
     assert Path(wk.registry.get_model("rebind").local_paths[0].path, SHARD).read_bytes() == cdn_files[SHARD]
@@ -471,6 +540,22 @@ def test_from_a_public_endpoint_no_redirect_goes_to_a_loopback_link_local_or_pri
     assert "link-local" in route("https://[fe80::1]/x", "https://8.8.8.8", ()).problem
     assert "loopback" in route("https://2130706433/x", "https://8.8.8.8", ()).problem  # 127.0.0.1, spelt as a number
     assert "loopback" in route("https://0.0.0.0/x", "https://8.8.8.8", ()).problem
+
+
+@pytest.mark.parametrize("address, expected", [
+    ("64:ff9b::a00:5", "private"),  # NAT64 of 10.0.0.5
+    ("2002:a9fe:a9fe::1", "link-local"),  # 6to4 of 169.254.169.254
+    ("2001:0:4136:e378:8000:63bf:f5ff:fffe", "private"),  # Teredo, client 10.0.0.1
+    ("::7f00:1", "loopback"),  # IPv4-compatible 127.0.0.1
+    ("::ffff:0:7f00:1", "loopback"),  # IPv4-translated 127.0.0.1
+    ("fec0::1", "private"),  # site-local
+    ("64:ff9b::808:808", "public"),
+    ("2606:4700::1111", "public"),
+])
+def test_an_ipv6_address_that_carries_an_ipv4_address_is_of_that_ones_kind(address, expected):
+    assert kind(ipaddress.ip_address(address)) == expected
+    problem = route(f"https://[{address}]/x", "https://8.8.8.8", ()).problem
+    assert problem is None if expected == "public" else expected in problem
 
 
 @pytest.mark.parametrize("line, error", [

@@ -69,10 +69,12 @@ from weightkeeper.watchdog import Pace, current, read_body
 
 API_TIMEOUT_SECONDS = 30.0
 LISTING_BYTES, LISTING_BYTES_PER_FILE = 1 << 20, 4096  # what a revision's listing may hold
+FRAMING = ("content-encoding", "content-length", "transfer-encoding")  # of the bytes as read, not of the body kept
 MAX_REDIRECTS = 5
 # urllib3 retries connecting; redirects are followed here, each checked (`route`); a body
 # cut short is resumed by weightkeeper.download from the bytes written.
 RETRIES = urllib3.Retry(total=None, connect=2, read=0, status=0, other=0, redirect=False)
+NEXT_ADDRESS = urllib3.Retry(total=None, connect=0, read=0, status=0, other=0, redirect=False)  # before the last
 DEFAULT_PORTS = {"http": 80, "https": 443}
 R = TypeVar("R")
 
@@ -111,25 +113,39 @@ def without_query(url: str) -> str:
     return text if len(text) <= 200 else f"{text[:200]}..."
 
 
+# IPv6 ranges that carry an IPv4 address in their last 32 bits: NAT64's well-known prefix, IPv4-translated and
+# IPv4-compatible addresses; the IPv4 address decides their kind (6to4 and Teredo are read by `ipaddress`)
+EMBEDDING = tuple(ipaddress.ip_network(n) for n in ("64:ff9b::/96", "::ffff:0:0:0/96", "::/96"))
+
+
+def kind(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    """"loopback", "link-local", "private" (any other address that is not global) or "public"; an IPv6 address
+    that embeds an IPv4 one is of that one's kind."""
+    if isinstance(ip, ipaddress.IPv6Address) and not (ip.is_loopback or ip.is_unspecified):
+        if ip.is_site_local:
+            return "private"
+        teredo = ip.teredo[1] if ip.teredo else None
+        embedded = ip.ipv4_mapped or ip.sixtofour or teredo or next(
+            (ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) for n in EMBEDDING if ip in n), None)
+        ip = embedded or ip
+    return ("loopback" if ip.is_loopback or ip.is_unspecified else "link-local" if ip.is_link_local
+            else "private" if not ip.is_global or ip.is_multicast else "public")
+
+
 def _addresses(host: str) -> dict[str, str]:
-    """The addresses `host` resolves to, in the resolver's order, each with its kind: "loopback", "link-local",
-    "private" (any other address that is not global) or "public". OSError when it does not resolve."""
-    addresses = {}
-    for *_, address in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM):
-        ip = ipaddress.ip_address(address[0].split("%")[0])
-        ip = ip.ipv4_mapped or ip if isinstance(ip, ipaddress.IPv6Address) else ip
-        addresses[address[0]] = ("loopback" if ip.is_loopback or ip.is_unspecified else "link-local"
-                                 if ip.is_link_local else "private" if not ip.is_global or ip.is_multicast
-                                 else "public")
-    return addresses
+    """The addresses `host` resolves to, in the resolver's order, each with its `kind`. OSError when it does not
+    resolve."""
+    return {address[0]: kind(ipaddress.ip_address(address[0].split("%")[0]))
+            for *_, address in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
 
 
 class Route(NamedTuple):
-    """Where a request may go, and how: `problem` says why it may not; `address` is the one its host was checked
-    at, which the request connects to (None: the endpoint's origin or an allowed host, resolved as usual)."""
+    """Where a request may go, and how: `problem` says why it may not; `addresses` are those its host was checked
+    at, the only ones the request connects to, in order (empty: the endpoint's origin or an allowed host, resolved
+    as usual)."""
     url: str
     problem: str | None = None
-    address: str | None = None
+    addresses: tuple[str, ...] = ()
 
 
 def route(location: str, endpoint: str, allowed: Collection[str]) -> Route:
@@ -161,29 +177,38 @@ def route(location: str, endpoint: str, allowed: Collection[str]) -> Route:
         return Route(location, f"{host} has a {' and a '.join(bad)} address (allow it in hub_redirect_hosts if it "
                                "is trusted)")
     ipv4_only = allowed_gai_family() == socket.AF_INET
-    usable = [a for a in addresses if not ipv4_only or ":" not in a]
-    if not usable:
+    if not (usable := tuple(a for a in addresses if not ipv4_only or ":" not in a)):
         raise DownloadError(f"{host} has no IPv4 address and this host has no IPv6; will retry")
-    return Route(location, address=usable[0])
+    return Route(location, addresses=usable)
 
 
 def _get(to: Route, headers: dict[str, str], timeout: urllib3.Timeout) -> urllib3.BaseHTTPResponse:
-    """A GET of `to.url` (no redirect followed): at `to.address` when its host was checked there, with the host's
-    name for TLS and `Host`, unless a proxy resolves the name."""
+    """A GET of `to.url` (no redirect followed). When its host was checked by its addresses, at those addresses
+    only, the next one tried when one cannot be connected to (as urllib3 tries a name's), with the host's name for
+    TLS and `Host`; unless a proxy resolves the name."""
     pool = _pool(to.url)
-    options = dict(preload_content=False, decode_content=False, retries=RETRIES, redirect=False, timeout=timeout)
-    if to.address is None or isinstance(pool, urllib3.ProxyManager):
-        return pool.request("GET", to.url, headers=headers, **options)
+    options = dict(preload_content=False, decode_content=False, redirect=False, timeout=timeout,
+                   assert_same_host=False)
+    if not to.addresses or isinstance(pool, urllib3.ProxyManager):
+        return pool.request("GET", to.url, headers=headers, retries=RETRIES, **options)
     parts = urlsplit(to.url)
     name = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    connection = pool.connection_from_host(f"[{to.address}]" if ":" in to.address else to.address,
-                                           parts.port or DEFAULT_PORTS["https"], "https",
-                                           pool_kwargs={"server_hostname": parts.hostname,
-                                                        "assert_hostname": parts.hostname})
+    headers = {**headers, "Host": name + (f":{parts.port}" if parts.port else "")}
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return connection.urlopen("GET", target, headers={**headers, "Host": name + (f":{parts.port}" if parts.port
-                                                                               else "")},
-                              assert_same_host=False, **options)
+    tls_name = parts.hostname.rstrip(".")  # as urllib3 gives it to TLS; a certificate names no trailing dot
+
+    def at(address: str) -> urllib3.HTTPConnectionPool:
+        return pool.connection_from_host(f"[{address}]" if ":" in address else address,
+                                         parts.port or DEFAULT_PORTS["https"], "https",
+                                         pool_kwargs={"server_hostname": tls_name, "assert_hostname": tls_name})
+
+    for address in to.addresses[:-1]:
+        try:
+            return at(address).urlopen("GET", target, headers=headers, retries=NEXT_ADDRESS, **options)
+        except urllib3.exceptions.MaxRetryError as e:
+            if not isinstance(e.reason, urllib3.exceptions.ConnectTimeoutError):  # refused or timed out connecting
+                raise
+    return at(to.addresses[-1]).urlopen("GET", target, headers=headers, retries=RETRIES, **options)
 
 
 def status_error(status: int | None, source: HfSource, endpoint: str | None) -> DownloadError:
@@ -288,17 +313,15 @@ def model_info(source: HfSource, home: str, token: str | None, limits: Limits,
                     raise DownloadError(f"{home} redirected the listing of {where} to {without_query(to.url)}; "
                                         f"refused: {to.problem}", permanent=True)
                 continue
-            body = bytearray()
-            while chunk := response.read1(65536):
-                body += chunk
-                if len(body) > cap:
-                    raise DownloadError(f"refusing {where}: the listing is over {cap} bytes (max_manifest_files "
-                                        f"{limits.max_manifest_files})", permanent=True)
-                if time.monotonic() > deadline:
-                    raise late()
+            if (encoding := response.headers.get("Content-Encoding", "identity").strip().lower()) != "identity":
+                raise DownloadError(f"refusing {where}: the listing came encoded ({shown(encoding)}), not as asked",
+                                    permanent=True)  # never inflated: a small answer can hold terabytes
+            body = _read_listing(response, cap, deadline, late, f"refusing {where}: the listing is over {cap} bytes "
+                                                                 f"(max_manifest_files {limits.max_manifest_files})")
         finally:
             response.close()
-        hf_raise_for_status(httpx2.Response(response.status, headers=dict(response.headers), content=bytes(body),
+        kept = {k: v for k, v in response.headers.items() if k.lower() not in FRAMING}
+        hf_raise_for_status(httpx2.Response(response.status, headers=kept, content=body,
                                             request=httpx2.Request("GET", to.url)))  # an error's body is its message
         try:
             return ModelInfo(**json.loads(body))
@@ -306,6 +329,28 @@ def model_info(source: HfSource, home: str, token: str | None, limits: Limits,
             raise DownloadError(f"refusing {where}: the listing is not a model's ({shown(str(e))})",
                                 permanent=True) from None
     raise DownloadError(f"{home} redirected the listing of {where} more than {MAX_REDIRECTS} times; will retry")
+
+
+def _read_listing(response: urllib3.BaseHTTPResponse, cap: int, deadline: float, late: Callable[[], DownloadError],
+                  too_big: str) -> bytes:
+    """The body as it arrives, at most `cap` bytes, by `deadline` (time.monotonic()): a timer shuts the connection
+    down then, whatever a read waits for (a dripping body, or endless chunked trailers within one read)."""
+    body = bytearray()
+    timer = threading.Timer(max(0.0, deadline - time.monotonic()), response.shutdown)
+    timer.start()
+    try:
+        while chunk := response.read1(65536):
+            body += chunk
+            if len(body) > cap:
+                raise DownloadError(too_big, permanent=True)
+    except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError):
+        if time.monotonic() < deadline:
+            raise
+    finally:
+        timer.cancel()
+    if time.monotonic() >= deadline:  # the reads ended because the timer shut them down
+        raise late()
+    return bytes(body)
 
 
 def _selected(names: Collection[str], include: list[str] | None, exclude: list[str] | None, where: str) -> list[str]:
@@ -387,7 +432,7 @@ def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str
             except urllib3.exceptions.HTTPError as e:
                 if own:
                     raise hub_error(e, source, endpoint) from None
-                at = f" at {to.address}" if to.address else ""
+                at = f" at {' or '.join(to.addresses)}" if to.addresses else ""
                 raise DownloadError(f"cannot reach {without_query(to.url)}{at}, where {home} sent {remote.path} of "
                                     f"{source.repo_id}: {e}; will retry") from None
             if own and response.status == 429:
