@@ -678,6 +678,19 @@ MUTATIONS = {
         "weightkeeper/hub.py", ("        if ip.is_site_local:", "        ip = embedded or ip"),
         ("        if False:", "        ip = ip"),
         "tests/test_hub_answers.py::test_an_ipv6_address_that_carries_an_ipv4_address_is_of_that_ones_kind"),
+    "s3-listed-key-outside-prefix": (
+        "weightkeeper/s3.py", "    if not isinstance(key, str) or not key.startswith(prefix):",
+        "    if not isinstance(key, str):", "tests/test_s3.py::test_a_listing_that_names_others_objects_never_gets_them_deleted"),
+    "s3-listed-key-climbs-out": (
+        "weightkeeper/s3.py", '    if rest and {"", ".", ".."} & set(', '    if False and {"", ".", ".."} & set(', "tests/test_s3.py::test_a_listing_that_names_others_objects_never_gets_them_deleted"),
+    "s3-listing-led-on": (
+        "weightkeeper/s3.py", "            if empty >= EMPTY_PAGES:", "            if False:", "tests/test_s3.py::test_a_listing_that_never_ends_or_is_out_of_order_is_refused"),
+    "s3-listing-page-unbounded": (
+        "weightkeeper/s3.py", "            if len(contents) > LIST_PAGE:", "            if False:", "tests/test_s3.py::test_a_listing_that_never_ends_or_is_out_of_order_is_refused"),
+    "s3-listing-order-unchecked": (
+        "weightkeeper/s3.py", "    if previous is not None and key <= previous:", "    if False:", "tests/test_s3.py::test_a_listing_that_never_ends_or_is_out_of_order_is_refused"),
+    "s3-listed-key-control-character": (
+        "weightkeeper/s3.py", "    if any(ord(c) < 32 or ord(c) == 127 for c in key):", "    if False:", "tests/test_s3.py::test_a_listing_that_never_ends_or_is_out_of_order_is_refused"),
     "listing-without-deadline": (
         "weightkeeper/hub.py", "    if time.monotonic() >= deadline:  # the reads ended", "    if False:  # the reads ended",
         "tests/test_hub_answers.py::test_a_listing_that_drips_or_floods_is_cut"),

@@ -1,8 +1,8 @@
 """A pass-through HTTP proxy in front of the test S3 server (moto in server mode) that injects faults.
 
 The S3 server is real; the proxy only forwards requests unchanged, counts them per key, and on
-demand refuses deletes (403 AccessDenied, as a bucket policy would) or refuses uploads after N
-(to interrupt a staging run part-way).
+demand refuses deletes (403 AccessDenied, as a bucket policy would), refuses uploads after N
+(to interrupt a staging run part-way), or rewrites object listings (a hostile server's answers).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import http.client
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade", "te", "trailer"}
 
@@ -73,9 +73,15 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP | {"expect"}}
             headers["Content-Length"] = str(len(body))
-            conn.request(self.command, self.path, body=body, headers=headers)
+            path = self.path
+            if self.command == "GET" and "list-type" in query and proxy.rewrite_listing:  # its own tokens: the
+                path = url.path + "?" + "&".join(  # server is asked for the first page each time
+                    f"{k}={quote(v, safe='')}" for k, vs in query.items() if k != "continuation-token" for v in vs)
+            conn.request(self.command, path, body=body, headers=headers)
             response = conn.getresponse()
             data = response.read()
+            if self.command == "GET" and "list-type" in query and proxy.rewrite_listing and response.status == 200:
+                data = proxy.rewrite_listing(data, query)
             self._reply(response.status, response.getheaders(), data, head=self.command == "HEAD")
         finally:
             conn.close()
@@ -90,7 +96,8 @@ class _Server(ThreadingHTTPServer):
 
 class S3Proxy:
     """`refuse_deletes`: answer every delete with AccessDenied. `allow_uploads(n)`: accept n more
-    uploads (PUT object or part), then refuse them; `allow_uploads(None)` lifts the limit."""
+    uploads (PUT object or part), then refuse them; `allow_uploads(None)` lifts the limit. `rewrite_listing`:
+    a function that rewrites each ListObjectsV2 answer (its XML body and the request's query)."""
 
     def __init__(self, upstream: str):
         parts = urlsplit(upstream)
@@ -100,6 +107,7 @@ class S3Proxy:
         self.uploads_left: int | None = None
         self.requests: Counter = Counter()  # (method, /bucket/key) -> count
         self.uploads: Counter = Counter()  # /bucket/key -> accepted uploads (objects or parts)
+        self.rewrite_listing = None  # (ListObjectsV2 answer, query) -> the answer sent instead
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.proxy = self
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -122,7 +130,7 @@ class S3Proxy:
 
     def reset(self) -> None:
         with self.lock:
-            self.refuse_deletes, self.uploads_left = False, None
+            self.refuse_deletes, self.uploads_left, self.rewrite_listing = False, None, None
             self.requests.clear()
             self.uploads.clear()
 

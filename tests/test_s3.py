@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -116,6 +117,80 @@ def test_prefix_delete_never_touches_a_neighbouring_prefix(wk, hub, s3):
     assert len(staged_keys(s3, "acme--a", commit)) == FILES_FETCHED
     assert delete_model("a") == "Released"
     assert s3.keys() == sorted(neighbours)
+
+
+def listed(*keys: str):
+    """A listing rewrite that puts `keys` first in every answer, as a hostile or careless server would."""
+    def rewrite(body: bytes, query: dict) -> bytes:
+        added = "".join(f"<Contents><Key>{k}</Key><Size>1</Size><ETag>&quot;{'0' * 32}&quot;</ETag></Contents>"
+                        for k in keys)
+        return re.sub(rb"(<ListBucketResult[^>]*>)", lambda m: m.group(1) + added.encode(), body, count=1)
+    return rewrite
+
+
+def test_a_listing_that_names_others_objects_never_gets_them_deleted(wk, hub, s3):
+    """The staged prefix's listing also names the user's source object and a key that climbs out of the prefix
+    with `..` (a gateway onto a filesystem would resolve it): nothing is deleted, the model stays Deleting and
+    says why, and once the listing is honest the delete finishes."""
+    commit = hub.add_repo("acme/listed", tiny_files("s3-listed"))
+    s3.put("data/alice/model.safetensors", b"alice's own weights")
+    wk.rewrite(hf_endpoint=hub.url, cleanup_retry_seconds=0.5, cleanup_retry_max_seconds=1)
+    for keys, why in ((("data/alice/model.safetensors",), "which is not under staging/acme--listed/"),
+                      ((f"staging/acme--listed/{commit}/../../../data/alice/model.safetensors",), "'..' segment")):
+        wk.declare("listed", "hf://acme/listed", workspaces=["team-a"])
+        assert ensure_model("listed") == "Ready"
+        s3.proxy.reset()
+        s3.proxy.rewrite_listing = listed(*keys)
+        deletion = in_thread(delete_model, "listed")
+        wait_until(lambda: wk.registry.get_model("listed").cleanup_attempts >= 1, what="a refused listing")
+        model = wk.registry.get_model("listed")
+        assert model.phase == "Deleting" and why in model.message, model.message
+        assert s3.proxy.count("POST", f"/{s3.bucket}") == 0  # no DeleteObjects
+        assert len(staged_keys(s3, "acme--listed", commit)) == FILES_FETCHED
+        s3.proxy.rewrite_listing = None
+        deletion.join(60)
+        assert deletion.result.get("value") == "Released" and wk.registry.find_model("listed") is None
+        assert s3.keys() == ["data/alice/model.safetensors"]
+
+
+def leading_on(pages: int = 50):
+    """A listing rewrite that answers `pages` empty pages, each saying more follow under the token A or B in
+    turn (botocore's paginator sees no repeat), then the real answer."""
+    asked = []
+
+    def rewrite(body: bytes, query: dict) -> bytes:
+        asked.append(query)
+        if len(asked) > pages:
+            return body
+        token = b"B" if query.get("continuation-token") == ["A"] else b"A"
+        return re.sub(rb"<Contents>.*</Contents>", b"", body, flags=re.S).replace(
+            b"<IsTruncated>false</IsTruncated>",
+            b"<IsTruncated>true</IsTruncated><NextContinuationToken>" + token + b"</NextContinuationToken>")
+    return rewrite
+
+
+@pytest.mark.parametrize("rewrite, refused", [
+    (leading_on(), "10 pages in a row say more follow and hold no object"),
+    (listed(*(f"data/alice/{i:05}" for i in range(1001))), "a page of 1003 objects"),
+    (listed("data/alice/b", "data/alice/a"), "it lists 'data/alice/a' after 'data/alice/b'"),
+    (listed("data/alice/x%01"), "with a control character"),  # keys come URL-encoded (EncodingType=url)
+])
+def test_a_listing_that_never_ends_or_is_out_of_order_is_refused(s3, rewrite, refused):
+    """A hostile S3 server leads the listing on with alternating continuation tokens and no object, sends more
+    than a page may hold, or lists keys out of order (how a listing that never repeats itself still ends)."""
+    import boto3
+
+    from weightkeeper.errors import DownloadError
+    from weightkeeper.layout import parse_s3_uri
+    from weightkeeper.s3 import list_source
+
+    s3.put("data/alice/config.json", b"{}")
+    s3.put("data/alice/model.safetensors", b"weights")
+    client = boto3.client("s3", endpoint_url=s3.proxy.url, region_name="us-east-1")
+    s3.proxy.rewrite_listing = rewrite
+    with pytest.raises(DownloadError, match=re.escape(refused)):
+        list_source(client, parse_s3_uri(f"s3://{s3.bucket}/data/alice/"))
+    assert s3.proxy.count("GET", f"/{s3.bucket}") <= 11
 
 
 def test_refused_prefix_delete_keeps_the_model_and_retries_until_s3_accepts(wk, hub, s3):

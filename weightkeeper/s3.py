@@ -50,6 +50,8 @@ DIGEST_KEY = "wk-digest"
 PART_BYTES = 16 << 20
 TRANSFER = TransferConfig(multipart_threshold=PART_BYTES, multipart_chunksize=PART_BYTES, max_concurrency=8)
 PLAIN_ETAG = re.compile(r'"?([0-9a-f]{32})"?')
+LIST_PAGE = 1000  # objects a ListObjectsV2 page holds at most (S3's own cap)
+EMPTY_PAGES = 10  # truncated pages in a row without an object: a server that leads the listing on
 PERMANENT_CODES = {"NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchKey",
                    "AllAccessDisabled", "InvalidBucketName", "InvalidObjectState"}
 CREDENTIAL_KEYS = {"aws_access_key_id", "aws_secret_access_key", "aws_session_token"}
@@ -90,17 +92,51 @@ def split_uri(uri: str) -> tuple[str, str]:
     return source.bucket, source.prefix
 
 
-def _objects(client, bucket: str, prefix: str, what: str, limits: Limits | None = None) -> list[dict]:
-    """Every object under `prefix`; with `limits`, no more than `limits.max_manifest_files` of them."""
+def _key_problem(key: object, prefix: str, previous: str | None) -> str | None:
+    """Why a listed key is not one of `prefix`'s (None: it is): outside it, an empty, `.` or `..` segment below it
+    (a folder marker's trailing `/` aside), a control character, or not after `previous` in S3's order."""
+    if not isinstance(key, str) or not key.startswith(prefix):
+        return f"it lists {shown(key)}, which is not under {prefix}"
+    rest = key[len(prefix):]
+    if rest and {"", ".", ".."} & set((rest[:-1] if rest.endswith("/") else rest).split("/")):
+        return f"it lists {shown(key)}, with an empty, '.' or '..' segment"
+    if any(ord(c) < 32 or ord(c) == 127 for c in key):
+        return f"it lists {shown(key)}, with a control character"
+    if previous is not None and key <= previous:
+        return f"it lists {shown(key)} after {shown(previous)}, not in S3's ascending order"
+    return None
+
+
+def _objects(client, bucket: str, prefix: str, what: str, limits: Limits) -> list[dict]:
+    """Every object under `prefix`, each key checked as it is listed (`_key_problem`): the keys ascend, so a
+    listing ends; at most LIST_PAGE a page, EMPTY_PAGES truncated pages in a row without a key, and
+    `limits.max_manifest_files` objects in all."""
     found: list[dict] = []
+    token, empty = None, 0
     try:
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            found.extend(page.get("Contents", []))
-            if limits:
-                check_count(what, len(found), limits)
+        while True:
+            page = client.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=LIST_PAGE,
+                                          **({"ContinuationToken": token} if token else {}))
+            contents = page.get("Contents") or []
+            if len(contents) > LIST_PAGE:
+                raise DownloadError(f"refusing the listing of {what}: a page of {len(contents)} objects (S3 lists "
+                                    f"at most {LIST_PAGE})", permanent=True)
+            for o in contents:
+                if problem := _key_problem(o.get("Key"), prefix, found[-1]["Key"] if found else None):
+                    raise DownloadError(f"refusing the listing of {what}: {problem}", permanent=True)
+                found.append(o)
+            check_count(what, len(found), limits)
+            if not page.get("IsTruncated"):
+                return found
+            empty = 0 if contents else empty + 1
+            if not (token := page.get("NextContinuationToken")):
+                raise DownloadError(f"refusing the listing of {what}: a page says more follow but gives no "
+                                    "continuation token; will retry")
+            if empty >= EMPTY_PAGES:
+                raise DownloadError(f"refusing the listing of {what}: {empty} pages in a row say more follow and "
+                                    "hold no object; will retry")
     except (BotoCoreError, ClientError) as e:
         raise s3_error(e, what) from None
-    return found
 
 
 def list_source(client, source: S3Source, limits: Limits = Limits(), include: list[str] | None = None,
@@ -244,7 +280,7 @@ def delete_prefix(client, bucket: str, prefix: str) -> int:
         raise CleanupError(f"refusing to delete s3://{bucket}/{prefix}: a prefix must end with '/'")
     uri = f"s3://{bucket}/{prefix}"
     try:
-        keys = [o["Key"] for o in _objects(client, bucket, prefix, uri)]
+        keys = [o["Key"] for o in _objects(client, bucket, prefix, uri, Limits())]  # each under `prefix`
         for start in range(0, len(keys), 1000):
             response = client.delete_objects(Bucket=bucket, Delete={
                 "Objects": [{"Key": k} for k in keys[start:start + 1000]], "Quiet": True})
