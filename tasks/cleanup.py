@@ -196,6 +196,7 @@ def remove_staged_snapshot(name: str) -> str:
     logger = get_run_logger()
     settings, registry = current()
     model = registry.get_model(name)
+    remove_under(settings.home, f"{SCRATCH}/{name}")  # this host's leftovers of a staging run, whatever follows
     uri = model.staging_uri
     if not uri:
         return "none"
@@ -207,7 +208,6 @@ def remove_staged_snapshot(name: str) -> str:
         registry.clear_staging(name)
         logger.info("%s: staged copy %s is also used by live model %r; kept", name, uri, other)
         return "kept"
-    remove_under(settings.home, f"{SCRATCH}/{name}")  # this host's leftovers of a staging run
     attempt = model.cleanup_attempts + 1
     try:
         if settings.s3 is None:

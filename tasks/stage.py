@@ -30,7 +30,7 @@ from weightkeeper.context import current
 from weightkeeper.s3 import stage_snapshot
 from weightkeeper.sources import check_access, pace, s3_client
 
-SCRATCH = "staging"  # below weightkeeper's home: this host's files on their way to S3
+SCRATCH = "staging"  # below weightkeeper's home: this host's files on their way to S3, by model and snapshot
 WAIT_POLL_SECONDS = 2.0
 PROGRESS_SECONDS = 2.0
 
@@ -84,7 +84,10 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
         with workdir.descend(folder) as d:
             return os.fdopen(d.open(leaf, os.O_RDONLY), "rb"), lambda: discard(workdir, remote.path)
 
-    workdir = open_under(settings.home, f"{SCRATCH}/{name}", create=True)
+    with open_under(settings.home, f"{SCRATCH}/{name}", create=True) as scratch:
+        for other in set(scratch.entries()) - {snapshot.copy}:  # an earlier snapshot's files: never this one's
+            scratch.remove(other)
+        workdir = scratch.descend(snapshot.copy, create=True)
     try:
         with renewed(registry, Kind.STAGING, model.id, holder, settings.lease_seconds) as held:
             budget = hub_budget(settings, registry, lambda seconds: seconds is not None and beat(

@@ -691,6 +691,13 @@ MUTATIONS = {
         "weightkeeper/s3.py", "    if previous is not None and key <= previous:", "    if False:", "tests/test_s3.py::test_a_listing_that_never_ends_or_is_out_of_order_is_refused"),
     "s3-listed-key-control-character": (
         "weightkeeper/s3.py", "    if any(ord(c) < 32 or ord(c) == 127 for c in key):", "    if False:", "tests/test_s3.py::test_a_listing_that_never_ends_or_is_out_of_order_is_refused"),
+    "staging-scratch-shared-by-commits": (
+        "tasks/stage.py", ("        for other in set(scratch.entries()) - {snapshot.copy}:",
+                           "        workdir = scratch.descend(snapshot.copy, create=True)"),
+        ("        for other in ():", "        workdir = scratch.descend('files', create=True)"), "tests/test_s3.py::test_a_staging_runs_leftovers_never_become_another_commits_objects"),
+    "staging-scratch-kept-with-the-copy": (
+        "tasks/cleanup.py", '    remove_under(settings.home, f"{SCRATCH}/{name}")  # this host\'s leftovers',
+        "    0 and remove_under(settings.home, f\"{SCRATCH}/{name}\")  # this host's leftovers", "tests/test_s3.py::test_a_staging_runs_leftovers_never_become_another_commits_objects"),
     "listing-without-deadline": (
         "weightkeeper/hub.py", "    if time.monotonic() >= deadline:  # the reads ended", "    if False:  # the reads ended",
         "tests/test_hub_answers.py::test_a_listing_that_drips_or_floods_is_cut"),

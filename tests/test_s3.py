@@ -106,6 +106,35 @@ def test_interrupted_staging_resumes_without_uploading_finished_objects_again(wk
     assert not (wk.root / "staging" / "resume").exists()  # the scratch space goes once staging is done
 
 
+def test_a_staging_runs_leftovers_never_become_another_commits_objects(wk, hub, s3):
+    """A staging run of commit X stops part-way, leaving verified files of X in this host's scratch space. The
+    model is deleted while another model keeps the staged copy (its scratch goes all the same), and in case the
+    delete ran on another host, the leftovers are put back. The repository moves to commit Y, whose shards have
+    X's sizes and other bytes, and the model is declared again: Y's staged objects hold Y's bytes."""
+    import shutil
+
+    hub.add_repo("acme/left", tiny_files("s3-left-x", shards=4))
+    wk.declare("again", "hf://acme/left", workspaces=["team-a"])
+    s3.proxy.allow_uploads(1)
+    assert ensure_model("again") == "Failed"
+    scratch = wk.root / "staging" / "again"
+    assert list(scratch.rglob("*.safetensors"))  # X's verified files, not uploaded
+    shutil.copytree(scratch, wk.root / "left-by-x")
+    s3.proxy.allow_uploads(None)
+    wk.declare("keeper", "hf://acme/left", workspaces=["team-b"])
+    assert ensure_model("keeper") == "Ready"
+    assert delete_model("again") == "Released"  # the staged copy is kept for `keeper`
+    assert not scratch.exists()
+    shutil.copytree(wk.root / "left-by-x", scratch)  # as this host keeps them when the delete ran elsewhere
+    y = tiny_files("s3-left-y", shards=4)
+    commit = hub.add_repo("acme/left", y)
+    wk.declare("again", "hf://acme/left", workspaces=["team-a"], subpath="models/again")
+    assert ensure_model("again") == "Ready", wk.registry.get_model("again").message
+    for name in staged_keys(s3, "acme--left", commit):
+        assert s3.client.get_object(Bucket=s3.bucket, Key=f"{s3.prefix}/acme--left/{commit}/{name}")["Body"].read() \
+            == y[name], name
+
+
 def test_prefix_delete_never_touches_a_neighbouring_prefix(wk, hub, s3):
     commit = hub.add_repo("acme/a", tiny_files("s3-a"))
     neighbours = [f"staging/acme--a-b/{commit}/config.json", f"staging/acme--a/{commit}-old/config.json",
