@@ -698,6 +698,9 @@ MUTATIONS = {
     "staging-scratch-kept-with-the-copy": (
         "tasks/cleanup.py", '    remove_under(settings.home, f"{SCRATCH}/{name}")  # this host\'s leftovers',
         "    0 and remove_under(settings.home, f\"{SCRATCH}/{name}\")  # this host's leftovers", "tests/test_s3.py::test_a_staging_runs_leftovers_never_become_another_commits_objects"),
+    "api-body-unbounded": (
+        "weightkeeper/api.py", "    app.add_middleware(BodyLimit)\n", "",
+        "tests/test_api.py::test_a_body_too_big_is_refused_before_it_is_parsed_or_its_sender_checked"),
     "listing-without-deadline": (
         "weightkeeper/hub.py", "    if time.monotonic() >= deadline:  # the reads ended", "    if False:  # the reads ended",
         "tests/test_hub_answers.py::test_a_listing_that_drips_or_floods_is_cut"),

@@ -4,7 +4,7 @@ Bearer tokens map to the users of the config file; the owner of a model is the a
 Creating, deleting and retrying start the matching deployment at once (one run per request).
 A user sees their own models and those with a public workspace (admins: all); token blocks, storage
 locations and messages only of their own. Over-long input or control characters answer 422, before anything
-is written. `/metrics` answers in the Prometheus text format (`weightkeeper.metrics`).
+is written; a body over 64 KiB answers 413 before it is parsed or its sender checked. `/metrics` answers in the Prometheus text format (`weightkeeper.metrics`).
 """
 
 import gc
@@ -60,6 +60,45 @@ class ModelCreate(BaseModel):
     track: bool = Field(default=False, description="follow the branch or tag: switch to each new commit")
 
 
+MAX_BODY_BYTES = 64 * 1024  # a model's declaration is a few hundred bytes
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over MAX_BODY_BYTES answers 413 before anything parses it or checks who
+    sent it (FastAPI reads and parses a body before it checks the bearer token). The body is read here, bounded,
+    whatever Content-Length says, and handed on as read."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        body, more = b"", not declared.isdigit() or int(declared) <= MAX_BODY_BYTES
+        too_big = not more
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return None
+            body += message.get("body", b"")
+            more, too_big = message.get("more_body", False), len(body) > MAX_BODY_BYTES
+            more = more and not too_big
+        if too_big:
+            return await JSONResponse({"code": "TooLarge", "message": f"the request body is over {MAX_BODY_BYTES} "
+                                       "bytes"}, status_code=413, headers={"Connection": "close"})(scope, receive, send)
+        handed = False
+
+        async def replay() -> dict:
+            nonlocal handed
+            if handed:
+                return await receive()
+            handed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return await self.app(scope, replay, send)
+
+
 class Problem(BaseModel):
     code: str
     message: str
@@ -84,6 +123,8 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
     tokens = {u.token_sha256: u for u in settings.users if u.token_sha256}
     app = FastAPI(title="weightkeeper", version="1", description=__doc__, lifespan=_frozen_heap,
                   responses={401: {"model": Problem}, 403: {"model": Problem}})
+
+    app.add_middleware(BodyLimit)
 
     def problem(code: int, kind: str, message: str) -> JSONResponse:
         return JSONResponse({"code": kind, "message": message}, status_code=code)
