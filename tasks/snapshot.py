@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prefect import get_run_logger, task
 
+from weightkeeper.config import Settings
 from weightkeeper.download import RemoteFile, Snapshot
 from weightkeeper.hubbudget import budget_message
 from weightkeeper.errors import DownloadError, WeightkeeperError
@@ -11,7 +12,7 @@ from weightkeeper.layout import S3Source, copy_name, parse_source
 from weightkeeper.registry.common import DOWNLOADING, FAILED
 from weightkeeper.registry import Model
 from weightkeeper.context import current
-from weightkeeper.sources import resolve
+from weightkeeper.sources import check_access, resolve
 
 
 def retry_transient(task, task_run, state) -> bool:
@@ -35,6 +36,15 @@ def pinned(model: Model) -> Snapshot | None:
     return None
 
 
+def _job_token_not_its_own(settings: Settings, model: Model) -> bool:
+    """The model's files will be fetched with a token other than its own block's: a Kubernetes workspace's job
+    reads its namespace's `token_secret` for any model that names a block. Its own must then prove it may read
+    them (as for a copy another model fetched), or naming any block would lend it the namespace's access."""
+    return bool(model.token_block) and any(
+        (w := settings.workspace(p.workspace)) and w.kubernetes and w.kubernetes.token_secret
+        for p in model.local_paths)
+
+
 @task(name="resolve-revision", retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=retry_transient)
 def resolve_revision(name: str) -> Snapshot:
     """Pin the model to a commit (a 40-hex revision is used as is) and record the files to fetch.
@@ -50,6 +60,8 @@ def resolve_revision(name: str) -> Snapshot:
     try:
         snapshot = resolve(settings, registry, source, model.token_block, model.include, model.exclude,
                            lambda seconds: seconds is not None and registry.set_message(name, budget_message(seconds)))
+        if _job_token_not_its_own(settings, model):
+            check_access(settings, registry, model.source, model.token_block, snapshot)
     except DownloadError as e:
         if e.permanent:
             registry.set_phase(name, FAILED, str(e))

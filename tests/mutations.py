@@ -701,6 +701,9 @@ MUTATIONS = {
     "api-body-unbounded": (
         "weightkeeper/api.py", "    app.add_middleware(BodyLimit)\n", "",
         "tests/test_api.py::test_a_body_too_big_is_refused_before_it_is_parsed_or_its_sender_checked"),
+    "kube-job-token-lent": (
+        "tasks/snapshot.py", "        if _job_token_not_its_own(settings, model):", "        if False:",
+        "tests/test_kube.py::test_a_model_that_names_any_token_block_never_borrows_the_namespaces_token"),
     "listing-without-deadline": (
         "weightkeeper/hub.py", "    if time.monotonic() >= deadline:  # the reads ended", "    if False:  # the reads ended",
         "tests/test_hub_answers.py::test_a_listing_that_drips_or_floods_is_cut"),

@@ -16,7 +16,7 @@ import pytest
 from kubernetes.client import ApiClient
 
 from weightkeeper.config import Workspace, load_settings
-from weightkeeper.errors import ConfigError, InvalidInputError
+from weightkeeper.errors import ConfigError, DownloadError, InvalidInputError
 from weightkeeper.kube import (
     KubernetesTarget,
     base_job_template,
@@ -472,3 +472,40 @@ def test_a_run_cannot_override_the_image_command_volumes_or_namespace_of_its_job
     assert env["PREFECT_API_URL"] == os.environ["PREFECT_API_URL"] and "LD_PRELOAD" not in env
     assert pod["securityContext"]["runAsUser"] == 4242  # what a run does set: its owner
     assert "evil" not in json.dumps(job)
+
+
+def test_a_model_that_names_any_token_block_never_borrows_the_namespaces_token(wk, hub, tmp_path):
+    """A Kubernetes workspace's jobs read its namespace's token Secret for every model that names a token block.
+    A user names one of theirs (a token without access to a gated repository): resolving the model proves that
+    token on the Hub first (one request) and fails the model, so its job never fetches with the namespace's.
+    The right token resolves; a model whose workspace runs no such job is not asked (its download uses its own)."""
+    from prefect import flow
+    from prefect.blocks.system import Secret
+
+    from weightkeeper.tasks.snapshot import resolve_revision
+
+    @flow
+    def resolving(name: str) -> str:
+        state = resolve_revision(name, return_state=True)
+        return "resolved" if state.is_completed() else state.message
+
+    token = "hf_NAMESPACEtoken12345"
+    hub.add_repo("acme/gated-kube", {"config.json": b"{}", "model.safetensors": b"w" * 4096}, gated=True, token=token)
+    Secret(value="hf_MINEtoken1234567890").save("hf-mine", overwrite=True)
+    Secret(value=token).save("hf-right", overwrite=True)
+    (tmp_path / "gpu").mkdir()
+    wk._workspaces = [*wk._workspaces, {"name": "gpu", "volume": str(tmp_path / "gpu"), "work_pool": "kube-gpu"}]
+    wk.rewrite(hf_endpoint=hub.url)
+    with wk.config.open("a") as config:
+        config.write('[workspaces.kubernetes]\nnamespace = "gpu"\nimage = "registry.local/weightkeeper:0.1"\n'
+                     'volume_claim = "models"\ntoken_secret = "hf-token"\n')
+    wk.declare("borrower", "hf://acme/gated-kube", workspaces=["gpu"], token_block="hf-mine")
+    assert "is gated" in resolving("borrower")
+    model = wk.registry.get_model("borrower")
+    assert model.phase == "Failed" and model.commit is None and "is gated" in model.message
+    wk.declare("rightful", "hf://acme/gated-kube", workspaces=["gpu"], token_block="hf-right", subpath="models/r")
+    assert resolving("rightful") == "resolved"
+    hub.reset_stats()
+    wk.declare("elsewhere", "hf://acme/gated-kube", workspaces=["team-a"], token_block="hf-mine")
+    assert resolving("elsewhere") == "resolved"
+    assert not any("/resolve/" in r.path for r in hub.requests)
