@@ -704,6 +704,13 @@ MUTATIONS = {
     "kube-job-token-lent": (
         "tasks/snapshot.py", "        if _job_token_not_its_own(settings, model):", "        if False:",
         "tests/test_kube.py::test_a_model_that_names_any_token_block_never_borrows_the_namespaces_token"),
+    "page-reads-manifests": (
+        "weightkeeper/registry/listing.py",
+        "        columns = [c for c in ModelRow.__table__.c if c.name not in MANIFESTS]",
+        "        columns = list(ModelRow.__table__.c)", "tests/test_listing.py::test_a_page_never_reads_the_manifests"),
+    "cursor-key-unbounded": (
+        "weightkeeper/registry/listing.py", "            raise ValueError(key)  # no column holds it: a forged cursor",
+        "            pass", "tests/test_listing.py::test_a_forged_cursor_that_no_column_could_hold_answers_422"),
     "listing-without-deadline": (
         "weightkeeper/hub.py", "    if time.monotonic() >= deadline:  # the reads ended", "    if False:  # the reads ended",
         "tests/test_hub_answers.py::test_a_listing_that_drips_or_floods_is_cut"),

@@ -208,6 +208,38 @@ def test_limits_and_bad_cursors_answer_422_in_one_line(listing):
     assert len(listing.get(limit=1000).json()["items"]) == 3
 
 
+@pytest.mark.parametrize("sort, key", [("size", [10 ** 30, 1]), ("size", [0, -(10 ** 25)]), ("-size", [2 ** 63, 1]),
+                                       ("created", ["2026-12-05T00:00:00+00:00", 2 ** 64]), ("name", ["m\x00"]),
+                                       ("name", ["m" * 256])])
+def test_a_forged_cursor_that_no_column_could_hold_answers_422(listing, sort, key):
+    """A cursor of this very list (its sort and filters) whose key no column holds: 422, not a database error."""
+    for i in range(2):
+        listing.add(f"m-{i}")
+    real = listing.get(limit=1, sort=sort).json()["nextCursor"]
+    raw = json.loads(base64.urlsafe_b64decode(real + "=" * (-len(real) % 4)))
+    r = listing.get(limit=1, sort=sort, cursor=_cursor({**raw, "k": key}))
+    assert r.status_code == 422 and "not a cursor of this list" in r.json()["message"], r.text
+
+
+def test_a_page_never_reads_the_manifests(listing):
+    """A page shows no manifest, so it reads none: a model of 100,000 files costs a page what one of 2 does."""
+    from sqlalchemy import event
+
+    listing.add("m-0")
+    listing.registry.set_snapshot("m-0", "a" * 40, [{"path": "x.safetensors", "size": 3, "blobId": "0" * 40}], None)
+    statements: list[str] = []
+    listen = lambda conn, cursor, sql, *rest: statements.append(sql)  # noqa: E731
+    event.listen(listing.registry.engine, "before_cursor_execute", listen)
+    try:
+        item = listing.get().json()["items"][0]
+    finally:
+        event.remove(listing.registry.engine, "before_cursor_execute", listen)
+    assert item["name"] == "m-0" and item["sizeBytes"] is not None
+    columns = [{c.strip() for c in sql.split(" FROM ")[0].removeprefix("SELECT ").split(",")}
+               for sql in statements if "FROM models" in sql]  # a function of a column reads its first token only
+    assert columns and not any({"models.files", "models.pending_files"} & read for read in columns), columns
+
+
 def test_the_index_migration_backfills_sizes(tmp_path, pg_url_or_sqlite):
     from alembic import command
     from alembic.config import Config

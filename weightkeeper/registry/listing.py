@@ -83,6 +83,8 @@ def decode_cursor(cursor: str, query: ListQuery) -> list:
         kinds = {"name": (str,), "created": (str, int), "size": (int, int)}[sort.lstrip("-")]
         if type(key) is not list or len(key) != len(kinds) or any(type(v) is not t for v, t in zip(key, kinds)):
             raise ValueError(key)
+        if any(v >= 1 << 63 or v < -(1 << 63) if type(v) is int else "\x00" in v or len(v) > 255 for v in key):
+            raise ValueError(key)  # no column holds it: a forged cursor
         if sort.lstrip("-") == "created":
             key[0] = datetime.fromisoformat(key[0])
     except (binascii.Error, ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError):
@@ -91,6 +93,9 @@ def decode_cursor(cursor: str, query: ListQuery) -> list:
         raise InvalidInputError(f"cursor: made for another sort or other filters (this list: sort={query.sort!r}); "
                                 "repeat the request that gave it, or start again without `cursor`")
     return key
+
+
+MANIFESTS = ("files", "pending_files")  # up to `max_manifest_files` entries each: never read for a page
 
 
 class ListOps:
@@ -106,7 +111,8 @@ class ListOps:
         if not 1 <= limit <= MAX_LIMIT:
             raise InvalidInputError(f"limit: {limit} is not between 1 and {MAX_LIMIT}")
         keys, descending = SORT_KEYS[query.sort.lstrip("-")], query.sort.startswith("-")
-        stmt = select(ModelRow.__table__).where(*self._matching(query, viewer))  # plain rows: no ORM objects
+        columns = [c for c in ModelRow.__table__.c if c.name not in MANIFESTS]  # plain rows: no ORM objects
+        stmt = select(*columns, self._has_manifest().label("has_manifest")).where(*self._matching(query, viewer))
         if cursor is not None:
             after = tuple_(*map(literal, decode_cursor(cursor, query), (k.type for k in keys)))
             stmt = stmt.where(tuple_(*keys) < after if descending else tuple_(*keys) > after)
@@ -114,8 +120,17 @@ class ListOps:
         with self._tx() as s:
             models = s.execute(stmt).all()
             page = models[:limit]
-            items = _views(s, _with_paths(s, page, LocalPathRow.model_id.in_([m.id for m in page])))
+            rows = _with_paths(s, page, LocalPathRow.model_id.in_([m.id for m in page]))
+            for row in rows:  # a page shows no manifest: [] says there is one (as `sizeBytes` needs)
+                row.files, row.pending_files = [] if row.has_manifest else None, None
+            items = _views(s, rows)
         return Page(items, encode_cursor(query, items[-1]) if len(models) > limit else None)
+
+    def _has_manifest(self) -> ColumnElement[bool]:
+        """The model's manifest is recorded (a JSON array, not JSON null), told from its first token only."""
+        if self.engine.dialect.name == "postgresql":
+            return func.json_typeof(ModelRow.files) == "array"
+        return func.substr(ModelRow.files, 1, 1) == "["
 
     def _matching(self, query: ListQuery, viewer: Viewer) -> list[ColumnElement[bool]]:
         """The WHERE clauses of the query as `viewer` sees it."""
