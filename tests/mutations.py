@@ -194,8 +194,9 @@ MUTATIONS = {
                                "if not e.connection_invalidated or attempt == DISCONNECT_RETRIES:",
                                "if attempt == DISCONNECT_RETRIES:",
                                "tests/test_registry.py::test_a_call_whose_connection_is_cut_is_retried_and_other_errors_are_not"),
-    "show-token-block-to-others": ("weightkeeper/tenancy.py", 'OWNER_FIELDS = ("tokenBlock", "stagingUri", "message")',
-                                   'OWNER_FIELDS = ("stagingUri", "message")',
+    "show-token-block-to-others": ("weightkeeper/tenancy.py",
+                                   'OWNER_FIELDS = ("tokenBlock", "stagingUri", "message", "subpath")',
+                                   'OWNER_FIELDS = ("stagingUri", "message", "subpath")',
                                    "tests/test_tenancy.py::test_others_see_only_public_models_without_secrets_paths_or_messages"),
     "show-paths-to-others": ("weightkeeper/tenancy.py", 'OWNER_PATH_FIELDS = ("path", "message", "sharedCopy")',
                              'OWNER_PATH_FIELDS = ("message", "sharedCopy")',
@@ -242,10 +243,11 @@ MUTATIONS = {
                                     "tests/test_kube.py::test_jobs_get_no_prefect_setting_or_token_of_the_process_"
                                     "that_starts_the_worker"),
     "nesting-rechecked-at-claim": ("weightkeeper/registry/store.py",
-                                   "            if nested := self._nested(s, p.cluster, p.path, row):",
+                                   "            if nested := self._nested(s, p.cluster, p.path, row, row.owner_name):",
                                    "            if nested := None:", "tests/test_registry.py::test_a_claim_rechecks_nesting"),
     "nesting-with-own-old-paths": ("weightkeeper/registry/store.py",
-                                   "if (p.cluster, p.path) not in known], None)", "if (p.cluster, p.path) not in known], row)",
+                                   "if (p.cluster, p.path) not in known], None, None)",
+                                   "if (p.cluster, p.path) not in known], row, None)",
                                    "tests/test_registry.py::"
                                    "test_nested_model_paths_are_refused_in_both_directions_and_when_moving"),
     "dot-segments-in-subpath": ("weightkeeper/layout.py", "    if any(s.startswith(\".\") for s in segments):",
@@ -260,7 +262,7 @@ MUTATIONS = {
                         "ours = made_here(d, made) or made is None and not d.entries()", "ours = True",
                         "tests/test_attacks.py::test_a_replaced_model_directory_is_left_to_its_owner_and_the_model_released"),
     "allow-nesting": ("weightkeeper/registry/store.py",
-                      "            if other := self._nested(session, p.cluster, p.path, exclude):",
+                      "            if other := self._nested(session, p.cluster, p.path, exclude, owner):",
                       "            if other := None:",
                       "tests/test_attacks.py::test_a_model_inside_or_around_another_is_refused_at_declaration"),
     "read-small-any-file": ("weightkeeper/anchored.py",
@@ -711,6 +713,19 @@ MUTATIONS = {
     "cursor-key-unbounded": (
         "weightkeeper/registry/listing.py", "            raise ValueError(key)  # no column holds it: a forged cursor",
         "            pass", "tests/test_listing.py::test_a_forged_cursor_that_no_column_could_hold_answers_422"),
+    "subpath-shown-to-others": (
+        "weightkeeper/tenancy.py", 'OWNER_FIELDS = ("tokenBlock", "stagingUri", "message", "subpath")',
+        'OWNER_FIELDS = ("tokenBlock", "stagingUri", "message")', "tests/test_tenancy.py::test_others_see_only_public_models_without_secrets_paths_or_messages"),
+    "private-targets-shown-to-others": (
+        "weightkeeper/tenancy.py", '    if out["targets"] is not None:', "    if False:", "tests/test_tenancy.py::test_others_see_only_public_models_without_secrets_paths_or_messages"),
+    "nesting-names-others-model": (
+        "weightkeeper/registry/store.py", "if owner in (None, other.owner_name) else", "if True else", "tests/test_tenancy.py::test_others_see_only_public_models_without_secrets_paths_or_messages"),
+    "private-workspace-named-in-refusal": (
+        "weightkeeper/planning.py", ("        usable = [w.name for w in workspaces if w.usable_by(owner)]",
+                                     "        if refused := next((n for n in names if n not in usable), None):"),
+        ("        usable, known = [w.name for w in workspaces if w.usable_by(owner)], list(by_name)",
+         "        if refused := next((n for n in names if n not in known), None):"),
+        "tests/test_layout.py::test_plan_private_workspace_rules tests/test_tenancy.py::test_others_see_only_public_models_without_secrets_paths_or_messages"),
     "listing-without-deadline": (
         "weightkeeper/hub.py", "    if time.monotonic() >= deadline:  # the reads ended", "    if False:  # the reads ended",
         "tests/test_hub_answers.py::test_a_listing_that_drips_or_floods_is_cut"),

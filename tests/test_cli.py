@@ -72,7 +72,7 @@ def test_bad_input_gets_one_line_errors(wk, tmp_path):
         (["model", "create", "ok", "--source", "s3://x"], "invalid S3 source"),
         (["model", "create", "ok", "--source", "s3://bucket/acme--m/"], "S3 is not configured"),
         (["model", "create", "ok", "--source", "hf://a--b/c"], "invalid Hugging Face repository"),
-        (["model", "create", "ok", "--source", "hf://a/b", "--workspace", "nope"], "unknown workspace"),
+        (["model", "create", "ok", "--source", "hf://a/b", "--workspace", "nope"], "no workspace 'nope'"),
         (["model", "create", "ok", "--source", "hf://a/b", "--subpath", "../x"], "invalid subpath"),
         (["model", "get", "missing"], "does not exist"),
         (["model", "delete", "missing"], "does not exist"),

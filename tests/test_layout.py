@@ -90,11 +90,15 @@ def test_plan_all_public_dedups_per_cluster_and_path():
 
 def test_plan_private_workspace_rules():
     assert [p.path for p in plan_paths(WORKSPACES, "o/n", "alice", ["priv"]).paths] == ["/mnt/p/models/o--n"]
-    with pytest.raises(InvalidInputError, match="private to 'alice'"):
+    with pytest.raises(InvalidInputError) as private:  # another's private workspace answers as one that is not
         plan_paths(WORKSPACES, "o/n", "bob", ["priv"])
+    with pytest.raises(InvalidInputError) as unknown:
+        plan_paths(WORKSPACES, "o/n", "bob", ["nope"])
+    assert str(private.value).replace("'priv'", "'nope'") == str(unknown.value)
+    assert "alice" not in str(private.value) and "priv" not in str(private.value).split("theirs: ")[1]
     plan = plan_paths(WORKSPACES, "o/n", "alice", ["priv-novol"])
     assert plan.paths == () and "no volume" in plan.skipped[0]
-    with pytest.raises(InvalidInputError, match="unknown workspace"):
+    with pytest.raises(InvalidInputError, match="no workspace 'nope' that 'alice' may use; theirs: pub-a, pub-a2, pub-b, priv, priv-novol"):
         plan_paths(WORKSPACES, "o/n", "alice", ["nope"])
 
 

@@ -60,7 +60,8 @@ def api(tmp_path, registry_base_url):
 def test_others_see_only_public_models_without_secrets_paths_or_messages(api):
     assert api.create("alice-private", "hf://acme/secret", workspaces=["alice-ws"], tokenBlock="alice-hf").status_code == 201
     assert api.create("alice-public", "hf://acme/open", workspaces=["team-a"], tokenBlock="alice-hf").status_code == 201
-    assert api.create("alice-s3", "s3://data-src/alice/acme--m/", workspaces=["team-a", "alice-ws"]).status_code == 201
+    assert api.create("alice-s3", "s3://data-src/alice/acme--m/", workspaces=["team-a", "alice-ws"],
+                      subpath="secret-proj/models").status_code == 201
     for name in ("alice-private", "alice-public", "alice-s3"):
         api.registry.set_phase(name, "Failed", f"cannot fetch {name}: 403 Forbidden")
         entry = api.registry.get_model(name).local_paths[0]
@@ -76,6 +77,20 @@ def test_others_see_only_public_models_without_secrets_paths_or_messages(api):
         assert all(p.keys().isdisjoint({"path", "message", "sharedCopy"}) for p in got["localPaths"])
         assert str(api.env.root) not in str(got) and "Forbidden" not in str(got)  # "403" may be in a timestamp
     assert api.call("GET", "/api/v1/models/alice-s3", "bob").json()["source"] is None  # an S3 prefix is storage
+    got = api.call("GET", "/api/v1/models/alice-s3", "bob").json()
+    assert got["targets"] == ["team-a"] and got["subpath"] is None  # no private workspace, no storage location
+
+    # bob probes: alice's private workspace answers as one that does not exist, and nesting into her paths names
+    # no model of hers
+    probes = [api.create("probe", "hf://acme/p", "bob", workspaces=[w]).json()["message"] for w in ("alice-ws", "nope")]
+    assert probes[0].replace("alice-ws", "nope") == probes[1] and "alice" not in probes[0].replace("alice-ws", "")
+    path = api.registry.get_model("alice-public").local_paths[0].path
+    within = path.removeprefix(str(api.env.volumes["team-a"]) + "/") + "/models"
+    r = api.create("probe", "hf://acme/p", "bob", workspaces=["team-a"], subpath=within)
+    assert r.status_code == 422 and "nests with another user's model's path" in r.json()["message"], r.text
+    assert "alice" not in r.json()["message"].replace(path, "")
+    r = api.create("probe", "hf://acme/p", "root", workspaces=["team-a"], subpath=within)
+    assert "nests with model 'alice-public'" in r.json()["message"]  # an admin is told which
 
     hidden = api.call("GET", "/api/v1/models/alice-private", "bob")
     missing = api.call("GET", "/api/v1/models/no-such-model", "bob")

@@ -210,7 +210,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
                               owner_uid=caller.uid, workspaces=body.workspaces, subpath=body.subpath,
                               token_block=body.tokenBlock, download_policy=body.downloadPolicy,
                               keep_files=body.keepFiles, include=body.include, exclude=body.exclude,
-                              track=body.track)
+                              track=body.track, names_others=caller.admin)
         return {**view(model, caller), "run": start(ENSURE_FLOW, model.name, key)}
 
     @app.get("/api/v1/models", responses={422: {"model": Problem}})

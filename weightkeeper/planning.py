@@ -39,13 +39,11 @@ def plan_paths(
         chosen = [w for w in workspaces if w.public]
     else:
         names = list(dict.fromkeys(targets))
-        unknown = [n for n in names if n not in by_name]
-        if unknown:
-            raise InvalidInputError(f"unknown workspace {unknown[0]!r}; declared: {', '.join(by_name) or 'none'}")
+        usable = [w.name for w in workspaces if w.usable_by(owner)]
+        if refused := next((n for n in names if n not in usable), None):  # another's private one is not named
+            raise InvalidInputError(f"no workspace {refused!r} that {owner!r} may use; theirs: "
+                                    f"{', '.join(usable) or 'none'}")
         chosen = [by_name[n] for n in names]
-        for w in chosen:
-            if not w.usable_by(owner):
-                raise InvalidInputError(f"workspace {w.name!r} is private to {w.owner!r}, not {owner!r}")
     paths: dict[tuple[str, str], PlannedPath] = {}
     skipped = []
     for w in chosen:

@@ -53,8 +53,9 @@ def declare_model(settings: Settings, registry: Registry, *, name: str, source: 
                   owner_uid: int, workspaces: list[str] | None = None, subpath: str | None = None,
                   token_block: str | None = None, download_policy: str | None = None,
                   keep_files: bool = False, include: list[str] | None = None,
-                  exclude: list[str] | None = None, track: bool = False) -> Model:
-    """Validate a declaration, plan its paths and record it Pending."""
+                  exclude: list[str] | None = None, track: bool = False, names_others: bool = True) -> Model:
+    """Validate a declaration, plan its paths and record it Pending (`names_others`: a refusal may name another
+    owner's model, as it may to an admin)."""
     validate_model_name(name)
     parsed = parse_source(source)
     if isinstance(parsed, S3Source):
@@ -87,7 +88,7 @@ def declare_model(settings: Settings, registry: Registry, *, name: str, source: 
                      track=track,
                      commit=snapshot and snapshot.commit, files=snapshot and [f.to_json() for f in snapshot.files],
                      source_uri=parsed.uri if snapshot and isinstance(parsed, S3Source) else None)
-    return registry.create_model(spec, plan, settings.workspaces)
+    return registry.create_model(spec, plan, settings.workspaces, names_others)
 
 
 def _tracked_policy(parsed: HfSource | S3Source, policy: str | None) -> str:

@@ -13,7 +13,7 @@ from weightkeeper.layout import S3Source, parse_source
 from weightkeeper.registry import Model
 from weightkeeper.registry.listing import Viewer
 
-OWNER_FIELDS = ("tokenBlock", "stagingUri", "message")
+OWNER_FIELDS = ("tokenBlock", "stagingUri", "message", "subpath")
 OWNER_PATH_FIELDS = ("path", "message", "sharedCopy")
 
 
@@ -37,11 +37,13 @@ def viewer(user: User, settings: Settings) -> Viewer:
 
 def redact(model_json: dict, user: User, settings: Settings) -> dict:
     """The model as `user` may see it: others get no secrets, storage locations or messages, and only the
-    entries of public workspaces."""
+    targets and entries of public workspaces."""
     if user.admin or model_json["owner"]["name"] == user.name:
         return model_json
     public = _public(settings)
     out = {**model_json, **dict.fromkeys(OWNER_FIELDS)}
+    if out["targets"] is not None:
+        out["targets"] = [t for t in out["targets"] if t in public]
     if out["source"].startswith("s3://"):
         out["source"] = None
     out["localPaths"] = [{k: v for k, v in p.items() if k not in OWNER_PATH_FIELDS}

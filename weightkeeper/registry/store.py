@@ -335,24 +335,27 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
                         and commit in (None, their_commit) and not track and patterns == _patterns(include, excluded))]
 
     @staticmethod
-    def _nested(session: Session, cluster: str, path: str, exclude: ModelRow | ModelSpec | None) -> str | None:
+    def _nested(session: Session, cluster: str, path: str, exclude: ModelRow | ModelSpec | None,
+                owner: str | None) -> str | None:
         """Another model (live or deleting) or a shared copy whose path on `cluster` is inside `path` or
-        contains it: deleting the outer one would remove the inner. Its name (or the copy's path), or None."""
+        contains it: deleting the outer one would remove the inner. Its name (with `owner`, a model not theirs is
+        not named: its owner may keep it from the others), the copy's path, or None."""
         outer = [path[:i] for i in range(len(path)) if path[i] == "/" and i > 0]
         near = or_(LocalPathRow.path.in_(outer), LocalPathRow.path.startswith(path + "/", autoescape=True))
-        name = session.scalars(select(ModelRow.name).join(LocalPathRow).where(
+        other = session.execute(select(ModelRow.name, ModelRow.owner_name).join(LocalPathRow).where(
             LocalPathRow.cluster == cluster, near, ModelRow.id != getattr(exclude, "id", -1))).first()
-        if name is not None:
-            return f"model {name!r}"
+        if other is not None:
+            return f"model {other.name!r}" if owner in (None, other.owner_name) else "another user's model"
         copy = session.scalars(select(ArtifactRow.path).where(ArtifactRow.cluster == cluster, or_(
             ArtifactRow.path.in_(outer), ArtifactRow.path.startswith(path + "/", autoescape=True)))).first()
         return f"the shared copy {copy}" if copy is not None else None
 
-    def _refuse_nested(self, session: Session, paths, exclude: ModelRow | ModelSpec | None) -> None:
+    def _refuse_nested(self, session: Session, paths, exclude: ModelRow | ModelSpec | None,
+                       owner: str | None) -> None:
         for p in paths:
-            if other := self._nested(session, p.cluster, p.path, exclude):
-                raise InvalidInputError(f"path {p.path} in workspace {p.workspace!r} nests with {other}'s: a model "
-                                        "path may not be inside, or contain, another's; choose another --subpath")
+            if other := self._nested(session, p.cluster, p.path, exclude, owner):
+                raise InvalidInputError(f"path {p.path} in workspace {p.workspace!r} nests with {other}'s path: a "
+                                        "model path may not be inside, or contain, another's; choose another --subpath")
 
     # -- models ----------------------------------------------------------------------------
 
@@ -375,7 +378,8 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
         with self._tx() as s:
             return self._usage(s, workspaces)
 
-    def create_model(self, spec: ModelSpec, plan: Plan, workspaces: Sequence[Workspace] = ()) -> Model:
+    def create_model(self, spec: ModelSpec, plan: Plan, workspaces: Sequence[Workspace] = (),
+                     names_others: bool = True) -> Model:
         """Record a new Pending model with one Pending entry per planned path.
 
         Refused with `ResourceProcessing` while a deleting model still holds a target path, with
@@ -390,7 +394,7 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
                 if existing.phase == DELETING:
                     raise ConflictError(f"model {spec.name!r} is still being deleted; create it again once it is released", "ResourceProcessing")
                 raise ConflictError(f"model {spec.name!r} already exists", "AlreadyExists")
-            self._refuse_nested(s, plan.paths, spec)
+            self._refuse_nested(s, plan.paths, spec, None if names_others else spec.owner_name)
             taken = []
             for p in plan.paths:
                 decision, holder = path_decision(self._owners(s, p.cluster, p.path, spec))
@@ -450,7 +454,7 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
                                         "ResourceProcessing")
             wanted = {(p.cluster, p.path): p for p in plan.paths}
             known = {(e.cluster, e.path) for e in row.paths}  # new paths must not nest with its old ones either
-            self._refuse_nested(s, [p for p in plan.paths if (p.cluster, p.path) not in known], None)
+            self._refuse_nested(s, [p for p in plan.paths if (p.cluster, p.path) not in known], None, None)
             for entry in row.paths:
                 entry.retired = (entry.cluster, entry.path) not in wanted
                 wanted.pop((entry.cluster, entry.path), None)
@@ -652,7 +656,7 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
             decision, other = path_decision(self._owners(s, p.cluster, p.path, row))
             if decision != "free":
                 return Claim(decision, other)
-            if nested := self._nested(s, p.cluster, p.path, row):
+            if nested := self._nested(s, p.cluster, p.path, row, row.owner_name):
                 return Claim("nested", nested)
             self._take(s, Kind.PATH, p.id, holder, lease_seconds, "download")
             p.status, p.owned, p.updated_at = DOWNLOADING, True, utcnow()
