@@ -726,6 +726,9 @@ MUTATIONS = {
         ("        usable, known = [w.name for w in workspaces if w.usable_by(owner)], list(by_name)",
          "        if refused := next((n for n in names if n not in known), None):"),
         "tests/test_layout.py::test_plan_private_workspace_rules tests/test_tenancy.py::test_others_see_only_public_models_without_secrets_paths_or_messages"),
+    "names-that-collide-accepted": (
+        "weightkeeper/download.py", "    if problem := collision([f.path for f in snapshot.files]):", "    if False:",
+        "tests/test_hub_answers.py::test_a_repository_whose_folder_takes_the_ready_markers_place_is_refused_before_any_byte"),
     "listing-without-deadline": (
         "weightkeeper/hub.py", "    if time.monotonic() >= deadline:  # the reads ended", "    if False:  # the reads ended",
         "tests/test_hub_answers.py::test_a_listing_that_drips_or_floods_is_cut"),

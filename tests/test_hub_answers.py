@@ -28,7 +28,7 @@ from weightkeeper.tasks.download import download_snapshot
 from weightkeeper.tasks.snapshot import resolve_revision
 from weightkeeper.anchored import Dir
 from weightkeeper.config import S3Settings, load_settings
-from weightkeeper.download import Limits, RemoteFile, Snapshot, fetch_files
+from weightkeeper.download import Limits, RemoteFile, Snapshot, collision, fetch_files
 from weightkeeper.errors import ConfigError, DownloadError
 from weightkeeper.hub import kind, model_info, route
 from weightkeeper.hubserver import LISTING, HubServer
@@ -238,6 +238,29 @@ def test_an_s3_body_that_drips_is_cut_by_the_watchdog(tmp_path, monkeypatch):
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("paths, problem", [
+    (["ready/config.json"], "its folder 'ready' is where weightkeeper keeps its own marker"),
+    (["a", "a/b"], "'a' is both a file and a folder"),
+    (["a", "a.part/x"], "the partial file of 'a' would stand where the folder 'a.part' goes"),
+    (["x/a", "x/a.part.ranges/b"], "the partial file of 'x/a' would stand where the folder 'x/a.part.ranges' goes"),
+    (["ready", "ready.json", "x/ready/y", "a.part", "a/b", "a/c"], None),
+])
+def test_names_that_cannot_all_be_written_are_refused(paths, problem):
+    assert collision(paths) == problem
+
+
+def test_a_repository_whose_folder_takes_the_ready_markers_place_is_refused_before_any_byte(wk, hub):
+    """A repository (or an S3 prefix) with a folder `ready/`: its partial files would take the shared copy's
+    marker's name, so the copy could never be marked ready (and a repair would fail the other way round)."""
+    repo, files, _ = add(hub, "marker")
+    hub.add_repo(repo, {**files, "ready/config.json": b"{}"})
+    hub.reset_stats()
+    wk.declare("marker", f"hf://{repo}", workspaces=["team-a"], download_policy="reuse-if-exists")
+    assert ensure_model("marker") == "Failed"
+    assert "its folder 'ready' is where weightkeeper keeps its own marker" in failed(wk, "marker")
+    assert hub.get_count(repo) == 0
 
 
 # -- redirects ------------------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from weightkeeper.watchdog import Pace, Watchdog
 
 CACHE_DIR = ".cache"
 PARTIAL_DIR = f"{CACHE_DIR}/weightkeeper"
+READY_MARKER = "ready"  # a shared copy's mark, in its PARTIAL_DIR beside the partial files' folders
 CONNECTIONS = 8  # ranges in flight at once, per fetch
 FILES_AT_ONCE = CONNECTIONS // 2  # files whose ranges are interleaved
 PART_BYTES = 32 << 20  # a file is split into ranges of at least this size, at most CONNECTIONS of them
@@ -128,12 +129,30 @@ def check_count(where: str, count: int, limits: Limits) -> None:
                             permanent=True)
 
 
+def collision(paths: Sequence[str]) -> str | None:
+    """Why the files at `paths` cannot all be written (None: they can): a file where a folder of another's goes,
+    in the copy or among the partial files (`a` and `a/b`; `a`, whose partial file is `a.part`, and `a.part/b`),
+    or a folder where weightkeeper keeps its READY_MARKER."""
+    folders = {p[:i] for p in paths for i, c in enumerate(p) if c == "/"}
+    partial = {n: p for p in paths for n in (f"{p}.part", f"{p}.part.ranges")}
+    if READY_MARKER in folders:
+        return f"its folder {READY_MARKER!r} is where weightkeeper keeps its own marker"
+    if file := next((p for p in paths if p in folders), None):
+        return f"{shown(file)} is both a file and a folder"
+    if name := next((n for n in partial if n in folders), None):
+        return f"the partial file of {shown(partial[name])} would stand where the folder {shown(name)} goes"
+    return None
+
+
 def check_snapshot(snapshot: Snapshot, where: str, limits: Limits) -> Snapshot:
     """`snapshot` as a source described it (`where`: which model from which server), once it is safe to use:
-    a 40-hex commit, and files of 0 to `max_file_bytes` bytes that each have a digest to check them by."""
+    a 40-hex commit, files of 0 to `max_file_bytes` bytes that each have a digest to check them by, and names
+    that can all be written (`collision`)."""
     if not isinstance(snapshot.commit, str) or not COMMIT.fullmatch(snapshot.commit):
         raise DownloadError(f"refusing {where}: its commit {shown(snapshot.commit)} is not 40 hex digits",
                             permanent=True)
+    if problem := collision([f.path for f in snapshot.files]):
+        raise DownloadError(f"refusing {where}: {problem}", permanent=True)
     for f in snapshot.files:
         if not _is_size(f.size) or f.size > limits.max_file_bytes:
             raise DownloadError(f"refusing {where}: {f.path} has a size of {shown(f.size)}, not 0 to "

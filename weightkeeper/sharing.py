@@ -14,12 +14,11 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 from weightkeeper.anchored import Dir, open_under, volume_of
-from weightkeeper.download import PARTIAL_DIR
+from weightkeeper.download import PARTIAL_DIR, READY_MARKER
 from weightkeeper.errors import UnsafePathError
 from weightkeeper.guard import VolumeRule
 from weightkeeper.layout import ARTIFACTS_DIR
 
-READY_MARKER = "ready"  # in the copy's PARTIAL_DIR
 LOCKS_DIR = ".locks"
 
 
