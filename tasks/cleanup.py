@@ -29,7 +29,7 @@ from weightkeeper.registry.metrics import CLEANUP_SECONDS
 from weightkeeper.context import current
 from weightkeeper.s3 import delete_prefix
 from weightkeeper.sharing import file_lock, links_into, unmark_ready
-from weightkeeper.sources import s3_client
+from weightkeeper.sources import limits, s3_client
 
 STOP_POLL_SECONDS = 1.0
 TERM_GRACE_SECONDS = 10.0
@@ -213,7 +213,7 @@ def remove_staged_snapshot(name: str) -> str:
         if settings.s3 is None:
             raise CleanupError("S3 is no longer configured: restore the [s3] table so the staged copy can be removed")
         bucket, prefix = check_staged_prefix(uri, settings.s3.bucket, settings.s3.prefix)
-        removed = delete_prefix(s3_client(settings), bucket, prefix)
+        removed = delete_prefix(s3_client(settings), bucket, prefix, limits(settings))
     except (CleanupError, UnsafePathError, DownloadError) as e:
         registry.cleanup_failed(name, attempt, f"removal of the staged copy {uri} failed: {e}; the model is kept "
                                                "and the removal retried")

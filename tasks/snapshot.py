@@ -47,25 +47,29 @@ def _job_token_not_its_own(settings: Settings, model: Model) -> bool:
 
 @task(name="resolve-revision", retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=retry_transient)
 def resolve_revision(name: str) -> Snapshot:
-    """Pin the model to a commit (a 40-hex revision is used as is) and record the files to fetch.
+    """Pin the model to a commit (a 40-hex revision is used as is) and record the files to fetch. A model whose
+    jobs fetch with a token not its own proves its own first, pinned or not (one request each run).
 
     An s3:// source is listed instead: its "commit" is a digest of the listing."""
     logger = get_run_logger()
     settings, registry = current()
     model = registry.get_model(name)
-    if snapshot := pinned(model):
-        logger.info("%s is pinned to %s@%s (%d files)", name, model.repo_id, model.commit, len(model.files))
-        return snapshot
-    source = parse_source(model.source)
+    source, snapshot = parse_source(model.source), pinned(model)
     try:
-        snapshot = resolve(settings, registry, source, model.token_block, model.include, model.exclude,
-                           lambda seconds: seconds is not None and registry.set_message(name, budget_message(seconds)))
+        fresh = snapshot is None
+        if fresh:
+            snapshot = resolve(settings, registry, source, model.token_block, model.include, model.exclude,
+                               lambda seconds: seconds is not None and registry.set_message(name,
+                                                                                            budget_message(seconds)))
         if _job_token_not_its_own(settings, model):
             check_access(settings, registry, model.source, model.token_block, snapshot)
     except DownloadError as e:
         if e.permanent:
             registry.set_phase(name, FAILED, str(e))
         raise
+    if not fresh:
+        logger.info("%s is pinned to %s@%s (%d files)", name, model.repo_id, model.commit, len(model.files))
+        return snapshot
     registry.set_snapshot(name, snapshot.commit, [f.to_json() for f in snapshot.files],
                           source.uri if isinstance(source, S3Source) else None)
     registry.set_phase(name, DOWNLOADING, f"downloading {len(snapshot.files)} files "

@@ -13,7 +13,7 @@ from prefect.runtime import flow_run, task_run
 from prefect.states import Cancelled
 
 from weightkeeper.tasks.snapshot import retry_transient
-from weightkeeper.anchored import open_under, remove_under
+from weightkeeper.anchored import Dir, open_under, remove_under
 from weightkeeper.sharing import discard
 from weightkeeper.download import RemoteFile, Snapshot, fetch_file
 from weightkeeper.hub import hub_transfer
@@ -84,11 +84,12 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
         with workdir.descend(folder) as d:
             return os.fdopen(d.open(leaf, os.O_RDONLY), "rb"), lambda: discard(workdir, remote.path)
 
-    with open_under(settings.home, f"{SCRATCH}/{name}", create=True) as scratch:
-        for other in set(scratch.entries()) - {snapshot.copy}:  # an earlier snapshot's files: never this one's
-            scratch.remove(other)
-        workdir = scratch.descend(snapshot.copy, create=True)
+    workdir: Dir | None = None
     try:
+        with open_under(settings.home, f"{SCRATCH}/{name}", create=True) as scratch:
+            for other in set(scratch.entries()) - {snapshot.copy}:  # an earlier snapshot's files: never this one's
+                scratch.remove(other)
+            workdir = scratch.descend(snapshot.copy, create=True)
         with renewed(registry, Kind.STAGING, model.id, holder, settings.lease_seconds) as held:
             budget = hub_budget(settings, registry, lambda seconds: seconds is not None and beat(
                 message=budget_message(seconds), force=True))
@@ -108,7 +109,8 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
         logger.error("%s: staging to %s failed: %s", name, uri, e)
         raise
     finally:
-        workdir.close()
+        if workdir is not None:
+            workdir.close()
         registry.release_staging(name, holder)
     remove_under(settings.home, f"{SCRATCH}/{name}")
     registry.set_phase(name, DOWNLOADING, f"staged to {uri} ({uploaded} uploaded, {skipped} already there); "

@@ -677,14 +677,14 @@ MUTATIONS = {
         "        problems = _check(own, files, deep, settings)",
         "tests/test_attacks.py::test_a_model_directory_replaced_after_it_was_made_fails_the_model_at_the_next_pass"),
     "ipv6-embedded-ipv4-ignored": (
-        "weightkeeper/hub.py", ("        if ip.is_site_local:", "        ip = embedded or ip"),
+        "weightkeeper/hub.py", ("        if ip.is_site_local or ip in LOCAL_NAT64:", "        ip = embedded or ip"),
         ("        if False:", "        ip = ip"),
         "tests/test_hub_answers.py::test_an_ipv6_address_that_carries_an_ipv4_address_is_of_that_ones_kind"),
     "s3-listed-key-outside-prefix": (
         "weightkeeper/s3.py", "    if not isinstance(key, str) or not key.startswith(prefix):",
         "    if not isinstance(key, str):", "tests/test_s3.py::test_a_listing_that_names_others_objects_never_gets_them_deleted"),
     "s3-listed-key-climbs-out": (
-        "weightkeeper/s3.py", '    if rest and {"", ".", ".."} & set(', '    if False and {"", ".", ".."} & set(', "tests/test_s3.py::test_a_listing_that_names_others_objects_never_gets_them_deleted"),
+        "weightkeeper/s3.py", '    if segments and rest and {"", ".", ".."} & set(', '    if False and {"", ".", ".."} & set(', "tests/test_s3.py::test_a_listing_that_names_others_objects_never_gets_them_deleted"),
     "s3-listing-led-on": (
         "weightkeeper/s3.py", "            if empty >= EMPTY_PAGES:", "            if False:", "tests/test_s3.py::test_a_listing_that_never_ends_or_is_out_of_order_is_refused"),
     "s3-listing-page-unbounded": (

@@ -572,6 +572,7 @@ def test_from_a_public_endpoint_no_redirect_goes_to_a_loopback_link_local_or_pri
     ("::7f00:1", "loopback"),  # IPv4-compatible 127.0.0.1
     ("::ffff:0:7f00:1", "loopback"),  # IPv4-translated 127.0.0.1
     ("fec0::1", "private"),  # site-local
+    ("64:ff9b:1::a00:1", "private"),  # a local NAT64 (RFC 8215)
     ("64:ff9b::808:808", "public"),
     ("2606:4700::1111", "public"),
 ])

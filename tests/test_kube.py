@@ -478,7 +478,8 @@ def test_a_model_that_names_any_token_block_never_borrows_the_namespaces_token(w
     """A Kubernetes workspace's jobs read its namespace's token Secret for every model that names a token block.
     A user names one of theirs (a token without access to a gated repository): resolving the model proves that
     token on the Hub first (one request) and fails the model, so its job never fetches with the namespace's.
-    The right token resolves; a model whose workspace runs no such job is not asked (its download uses its own)."""
+    A model pinned when it was declared proves it all the same. The right token resolves; a model whose workspace
+    runs no such job is not asked (its download uses its own)."""
     from prefect import flow
     from prefect.blocks.system import Secret
 
@@ -503,6 +504,10 @@ def test_a_model_that_names_any_token_block_never_borrows_the_namespaces_token(w
     assert "is gated" in resolving("borrower")
     model = wk.registry.get_model("borrower")
     assert model.phase == "Failed" and model.commit is None and "is gated" in model.message
+    wk.declare("pinned", "hf://acme/gated-kube", workspaces=["gpu"], token_block="hf-mine", subpath="models/p")
+    listed = [{"path": "model.safetensors", "size": 4096, "blobId": "0" * 40, "sha256": "0" * 64, "md5": None}]
+    wk.registry.set_snapshot("pinned", "b" * 40, listed, None)  # pinned when declared (a workspace's capacity)
+    assert "is gated" in resolving("pinned")
     wk.declare("rightful", "hf://acme/gated-kube", workspaces=["gpu"], token_block="hf-right", subpath="models/r")
     assert resolving("rightful") == "resolved"
     hub.reset_stats()

@@ -4,7 +4,8 @@ Bearer tokens map to the users of the config file; the owner of a model is the a
 Creating, deleting and retrying start the matching deployment at once (one run per request).
 A user sees their own models and those with a public workspace (admins: all); token blocks, storage
 locations and messages only of their own. Over-long input or control characters answer 422, before anything
-is written; a body over 64 KiB answers 413 before it is parsed or its sender checked. `/metrics` answers in the Prometheus text format (`weightkeeper.metrics`).
+is written; a body over 64 KiB answers 413 before it is parsed or its sender checked. `/metrics` answers in the
+Prometheus text format (`weightkeeper.metrics`).
 """
 
 import gc

@@ -116,13 +116,14 @@ def without_query(url: str) -> str:
 # IPv6 ranges that carry an IPv4 address in their last 32 bits: NAT64's well-known prefix, IPv4-translated and
 # IPv4-compatible addresses; the IPv4 address decides their kind (6to4 and Teredo are read by `ipaddress`)
 EMBEDDING = tuple(ipaddress.ip_network(n) for n in ("64:ff9b::/96", "::ffff:0:0:0/96", "::/96"))
+LOCAL_NAT64 = ipaddress.ip_network("64:ff9b:1::/48")  # a network's own translator: any IPv4 behind it (RFC 8215)
 
 
 def kind(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
     """"loopback", "link-local", "private" (any other address that is not global) or "public"; an IPv6 address
     that embeds an IPv4 one is of that one's kind."""
     if isinstance(ip, ipaddress.IPv6Address) and not (ip.is_loopback or ip.is_unspecified):
-        if ip.is_site_local:
+        if ip.is_site_local or ip in LOCAL_NAT64:
             return "private"
         teredo = ip.teredo[1] if ip.teredo else None
         embedded = ip.ipv4_mapped or ip.sixtofour or teredo or next(

@@ -2,8 +2,8 @@
 
 It speaks enough of the Hub API for the real ``huggingface_hub`` client (``model_info``/``repo_info``,
 ``list_repo_tree``, ``hf_hub_download``, ``snapshot_download``) and the ``hf download`` CLI, pointed at it with
-``endpoint=`` or ``HF_ENDPOINT=http://127.0.0.1:PORT``. Plain HTTP is spoken (https given a TLS context), with no Xet headers. By default
-``/resolve/`` serves bodies itself; with ``cdn_redirects`` set, LFS files redirect (302) to a "CDN" URL on another
+``endpoint=`` or ``HF_ENDPOINT=http://127.0.0.1:PORT``. Plain HTTP is spoken (https given a TLS context), with no
+Xet headers. By default ``/resolve/`` serves bodies itself; with ``cdn_redirects`` set, LFS files redirect (302) to a "CDN" URL on another
 origin of this server (``localhost`` for ``127.0.0.1``), as the Hub does, which needs no token.
 
 File contents are stored content-addressed under ``root/blobs/<sha256>`` and streamed from disk with

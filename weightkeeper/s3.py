@@ -51,7 +51,7 @@ PART_BYTES = 16 << 20
 TRANSFER = TransferConfig(multipart_threshold=PART_BYTES, multipart_chunksize=PART_BYTES, max_concurrency=8)
 PLAIN_ETAG = re.compile(r'"?([0-9a-f]{32})"?')
 LIST_PAGE = 1000  # objects a ListObjectsV2 page holds at most (S3's own cap)
-EMPTY_PAGES = 10  # truncated pages in a row without an object: a server that leads the listing on
+EMPTY_PAGES = 100  # truncated pages in a row without an object: a server that leads the listing on
 PERMANENT_CODES = {"NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchKey",
                    "AllAccessDisabled", "InvalidBucketName", "InvalidObjectState"}
 CREDENTIAL_KEYS = {"aws_access_key_id", "aws_secret_access_key", "aws_session_token"}
@@ -92,13 +92,14 @@ def split_uri(uri: str) -> tuple[str, str]:
     return source.bucket, source.prefix
 
 
-def _key_problem(key: object, prefix: str, previous: str | None) -> str | None:
-    """Why a listed key is not one of `prefix`'s (None: it is): outside it, an empty, `.` or `..` segment below it
-    (a folder marker's trailing `/` aside), a control character, or not after `previous` in S3's order."""
+def _key_problem(key: object, prefix: str, previous: str | None, segments: bool) -> str | None:
+    """Why a listed key is not one of `prefix`'s (None: it is): outside it, with `segments` an empty, `.` or `..`
+    segment below it (a folder marker's trailing `/` aside), a control character, or not after `previous` in S3's
+    order."""
     if not isinstance(key, str) or not key.startswith(prefix):
         return f"it lists {shown(key)}, which is not under {prefix}"
     rest = key[len(prefix):]
-    if rest and {"", ".", ".."} & set((rest[:-1] if rest.endswith("/") else rest).split("/")):
+    if segments and rest and {"", ".", ".."} & set((rest[:-1] if rest.endswith("/") else rest).split("/")):
         return f"it lists {shown(key)}, with an empty, '.' or '..' segment"
     if any(ord(c) < 32 or ord(c) == 127 for c in key):
         return f"it lists {shown(key)}, with a control character"
@@ -107,10 +108,11 @@ def _key_problem(key: object, prefix: str, previous: str | None) -> str | None:
     return None
 
 
-def _objects(client, bucket: str, prefix: str, what: str, limits: Limits) -> list[dict]:
-    """Every object under `prefix`, each key checked as it is listed (`_key_problem`): the keys ascend, so a
-    listing ends; at most LIST_PAGE a page, EMPTY_PAGES truncated pages in a row without a key, and
-    `limits.max_manifest_files` objects in all."""
+def _objects(client, bucket: str, prefix: str, what: str, limits: Limits, segments: bool) -> list[dict]:
+    """Every object under `prefix`, each key checked as it is listed (`_key_problem`; `segments`: its segments
+    too, for a delete: a source's keys are checked when selected): the keys ascend, so a listing ends; at most
+    LIST_PAGE a page, EMPTY_PAGES truncated pages in a row without a key, and `limits.max_manifest_files` objects
+    in all."""
     found: list[dict] = []
     token, empty = None, 0
     try:
@@ -122,7 +124,7 @@ def _objects(client, bucket: str, prefix: str, what: str, limits: Limits) -> lis
                 raise DownloadError(f"refusing the listing of {what}: a page of {len(contents)} objects (S3 lists "
                                     f"at most {LIST_PAGE})", permanent=True)
             for o in contents:
-                if problem := _key_problem(o.get("Key"), prefix, found[-1]["Key"] if found else None):
+                if problem := _key_problem(o.get("Key"), prefix, found[-1]["Key"] if found else None, segments):
                     raise DownloadError(f"refusing the listing of {what}: {problem}", permanent=True)
                 found.append(o)
             check_count(what, len(found), limits)
@@ -146,7 +148,7 @@ def list_source(client, source: S3Source, limits: Limits = Limits(), include: li
     Its "commit" is a digest of the listing (keys, sizes, ETags): it changes when the objects do.
     """
     objects = {o["Key"][len(source.prefix):]: o
-               for o in _objects(client, source.bucket, source.prefix, source.uri, limits)
+               for o in _objects(client, source.bucket, source.prefix, source.uri, limits, segments=False)
                if not o["Key"].endswith("/")}
     if not objects:
         raise DownloadError(f"no objects under {source.uri}; stage the model there first or fix the source",
@@ -271,8 +273,9 @@ def stage_snapshot(client, uri: str, snapshot: Snapshot,
     return counts["uploaded"], counts["skipped"]
 
 
-def delete_prefix(client, bucket: str, prefix: str) -> int:
-    """Delete every object whose key starts with `prefix` (which ends in '/'); returns how many.
+def delete_prefix(client, bucket: str, prefix: str, limits: Limits) -> int:
+    """Delete every object whose key starts with `prefix` (which ends in '/'), at most `limits.max_manifest_files`
+    of them (a staged copy holds no more); returns how many.
 
     Raises `CleanupError` when S3 refuses any delete or anything is left afterwards.
     """
@@ -280,7 +283,7 @@ def delete_prefix(client, bucket: str, prefix: str) -> int:
         raise CleanupError(f"refusing to delete s3://{bucket}/{prefix}: a prefix must end with '/'")
     uri = f"s3://{bucket}/{prefix}"
     try:
-        keys = [o["Key"] for o in _objects(client, bucket, prefix, uri, Limits())]  # each under `prefix`
+        keys = [o["Key"] for o in _objects(client, bucket, prefix, uri, limits, segments=True)]  # under `prefix`
         for start in range(0, len(keys), 1000):
             response = client.delete_objects(Bucket=bucket, Delete={
                 "Objects": [{"Key": k} for k in keys[start:start + 1000]], "Quiet": True})

@@ -83,7 +83,8 @@ def decode_cursor(cursor: str, query: ListQuery) -> list:
         kinds = {"name": (str,), "created": (str, int), "size": (int, int)}[sort.lstrip("-")]
         if type(key) is not list or len(key) != len(kinds) or any(type(v) is not t for v, t in zip(key, kinds)):
             raise ValueError(key)
-        if any(v >= 1 << 63 or v < -(1 << 63) if type(v) is int else "\x00" in v or len(v) > 255 for v in key):
+        if any(v >= 1 << 63 or v < -(1 << 63) if type(v) is int else "\x00" in v or not v.encode()
+               for v in key):  # encode(): a lone surrogate is no UTF-8 (UnicodeEncodeError is a ValueError)
             raise ValueError(key)  # no column holds it: a forged cursor
         if sort.lstrip("-") == "created":
             key[0] = datetime.fromisoformat(key[0])
@@ -95,7 +96,7 @@ def decode_cursor(cursor: str, query: ListQuery) -> list:
     return key
 
 
-MANIFESTS = ("files", "pending_files")  # up to `max_manifest_files` entries each: never read for a page
+MANIFESTS = ("files", "pending_files")  # up to `max_manifest_files` entries each: a page never fetches them
 
 
 class ListOps:
@@ -127,7 +128,7 @@ class ListOps:
         return Page(items, encode_cursor(query, items[-1]) if len(models) > limit else None)
 
     def _has_manifest(self) -> ColumnElement[bool]:
-        """The model's manifest is recorded (a JSON array, not JSON null), told from its first token only."""
+        """The model's manifest is recorded (a JSON array, not JSON null), told in the database by its first token."""
         if self.engine.dialect.name == "postgresql":
             return func.json_typeof(ModelRow.files) == "array"
         return func.substr(ModelRow.files, 1, 1) == "["

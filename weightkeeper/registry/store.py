@@ -395,18 +395,24 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
                     raise ConflictError(f"model {spec.name!r} is still being deleted; create it again once it is released", "ResourceProcessing")
                 raise ConflictError(f"model {spec.name!r} already exists", "AlreadyExists")
             self._refuse_nested(s, plan.paths, spec, None if names_others else spec.owner_name)
+
+            def who(holder: str) -> str:  # another owner's model is named only where `names_others`
+                owner = s.scalar(select(ModelRow.owner_name).where(ModelRow.name == holder))
+                return f"model {holder!r}" if names_others or owner == spec.owner_name else "another user's model"
+
             taken = []
             for p in plan.paths:
                 decision, holder = path_decision(self._owners(s, p.cluster, p.path, spec))
                 if decision == "wait":
                     raise ConflictError(
-                        f"path {p.path} in workspace {p.workspace!r} is still being cleaned up by deleted model "
-                        f"{holder!r}; retry once that model is released", "ResourceProcessing")
+                        f"path {p.path} in workspace {p.workspace!r} is still being cleaned up by deleted "
+                        f"{who(holder)}; retry once it is released", "ResourceProcessing")
                 if decision == "taken":
                     taken.append((p, holder))
             if plan.paths and len(taken) == len(plan.paths):
                 p, holder = taken[0]
-                raise ConflictError(f"model {holder!r} already owns {p.path} in workspace {p.workspace!r}", "AlreadyExists")
+                raise ConflictError(f"{who(holder)} already owns {p.path} in workspace {p.workspace!r}",
+                                    "AlreadyExists")
             self._check_capacity(s, spec, plan, workspaces)
             row = ModelRow(
                 name=spec.name, owner_name=spec.owner_name, owner_uid=spec.owner_uid, source=spec.source,
