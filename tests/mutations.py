@@ -720,6 +720,9 @@ MUTATIONS = {
         "weightkeeper/tenancy.py", '    if out["targets"] is not None:', "    if False:", "tests/test_tenancy.py::test_others_see_only_public_models_without_secrets_paths_or_messages"),
     "nesting-names-others-model": (
         "weightkeeper/registry/store.py", "if owner in (None, other.owner_name) else", "if True else", "tests/test_tenancy.py::test_others_see_only_public_models_without_secrets_paths_or_messages"),
+    "taken-path-names-others-model": (
+        "weightkeeper/registry/store.py", "if names_others or owner == spec.owner_name else", "if True else",
+        "tests/test_tenancy.py::test_others_see_only_public_models_without_secrets_paths_or_messages"),
     "private-workspace-named-in-refusal": (
         "weightkeeper/planning.py", ("        usable = [w.name for w in workspaces if w.usable_by(owner)]",
                                      "        if refused := next((n for n in names if n not in usable), None):"),

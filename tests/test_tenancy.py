@@ -13,6 +13,7 @@ import sys
 import pytest
 from conftest import Env, tenants, write_config
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 TOKENS = {"alice": "alice-token", "bob": "bob-token", "root": "root-token"}
 STAGING = "s3://wk-staging/staging/"
@@ -106,6 +107,13 @@ def test_others_see_only_public_models_without_secrets_paths_or_messages(api):
         assert got["tokenBlock"] == "alice-hf" and got["message"] == "cannot fetch alice-private: 403 Forbidden"
         assert got["localPaths"][0]["path"].startswith(str(api.env.volumes["alice-ws"]))
         assert api.call("GET", "/api/v1/models/alice-s3", user).json()["source"] == "s3://data-src/alice/acme--m/"
+
+    shared = dict(workspaces=["team-a"], downloadPolicy="reuse-if-exists")
+    assert api.create("alice-shared", "hf://acme/shared", **shared).status_code == 201
+    with api.registry.engine.begin() as conn:  # as her download's claim leaves it
+        conn.execute(text("UPDATE local_paths SET owned = :t WHERE path LIKE '%acme--shared'"), {"t": True})
+    r = api.create("probe", "hf://acme/shared", "bob", include=["*.json"], **shared)  # her path, other files
+    assert r.status_code == 409 and r.json()["message"].startswith("another user's model already owns"), r.text
 
 
 def test_a_user_names_only_their_own_token_blocks(api):
