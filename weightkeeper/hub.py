@@ -152,8 +152,8 @@ class Route(NamedTuple):
 def route(location: str, endpoint: str, allowed: Collection[str]) -> Route:
     """How a file or a listing may be fetched from `location`. Allowed are the endpoint's origin, the hosts (`host`
     or `host:port`) in `allowed`, and https hosts none of whose addresses is loopback, link-local or private unless
-    the endpoint has an address of the same kind; such a host is then reached at the address that was checked, so
-    a DNS answer that changes after the check (rebinding) is never asked."""
+    the endpoint has an address of the same kind; such a host is then reached only at the addresses that were
+    checked, so a DNS answer that changes after the check (rebinding) is never asked."""
     parts = urlsplit(location)
     try:
         port = parts.port or DEFAULT_PORTS.get(parts.scheme)
