@@ -682,24 +682,33 @@ MUTATIONS = {
         "tests/test_hub_answers.py::test_an_ipv6_address_that_carries_an_ipv4_address_is_of_that_ones_kind"),
     "s3-listed-key-outside-prefix": (
         "weightkeeper/s3.py", "    if not isinstance(key, str) or not key.startswith(prefix):",
-        "    if not isinstance(key, str):", "tests/test_s3.py::test_a_listing_that_names_others_objects_never_gets_them_deleted"),
+        "    if not isinstance(key, str):",
+        "tests/test_s3.py::test_a_listing_that_names_others_objects_never_gets_them_deleted"),
     "s3-listed-key-climbs-out": (
-        "weightkeeper/s3.py", '    if segments and rest and {"", ".", ".."} & set(', '    if False and {"", ".", ".."} & set(', "tests/test_s3.py::test_a_listing_that_names_others_objects_never_gets_them_deleted"),
+        "weightkeeper/s3.py", '    if segments and rest and {"", ".", ".."} & set(',
+        '    if False and {"", ".", ".."} & set(',
+        "tests/test_s3.py::test_a_listing_that_names_others_objects_never_gets_them_deleted"),
     "s3-listing-led-on": (
-        "weightkeeper/s3.py", "            if empty >= EMPTY_PAGES:", "            if False:", "tests/test_s3.py::test_a_listing_that_never_ends_or_is_out_of_order_is_refused"),
+        "weightkeeper/s3.py", "            if empty >= EMPTY_PAGES:", "            if False:",
+        "tests/test_s3.py::test_a_listing_that_never_ends_or_is_out_of_order_is_refused"),
     "s3-listing-page-unbounded": (
-        "weightkeeper/s3.py", "            if len(contents) > LIST_PAGE:", "            if False:", "tests/test_s3.py::test_a_listing_that_never_ends_or_is_out_of_order_is_refused"),
+        "weightkeeper/s3.py", "            if len(contents) > LIST_PAGE:", "            if False:",
+        "tests/test_s3.py::test_a_listing_that_never_ends_or_is_out_of_order_is_refused"),
     "s3-listing-order-unchecked": (
-        "weightkeeper/s3.py", "    if previous is not None and key <= previous:", "    if False:", "tests/test_s3.py::test_a_listing_that_never_ends_or_is_out_of_order_is_refused"),
+        "weightkeeper/s3.py", "    if previous is not None and key <= previous:", "    if False:",
+        "tests/test_s3.py::test_a_listing_that_never_ends_or_is_out_of_order_is_refused"),
     "s3-listed-key-control-character": (
-        "weightkeeper/s3.py", "    if any(ord(c) < 32 or ord(c) == 127 for c in key):", "    if False:", "tests/test_s3.py::test_a_listing_that_never_ends_or_is_out_of_order_is_refused"),
+        "weightkeeper/s3.py", "    if any(ord(c) < 32 or ord(c) == 127 for c in key):", "    if False:",
+        "tests/test_s3.py::test_a_listing_that_never_ends_or_is_out_of_order_is_refused"),
     "staging-scratch-shared-by-commits": (
         "tasks/stage.py", ("        for other in set(scratch.entries()) - {snapshot.copy}:",
                            "        workdir = scratch.descend(snapshot.copy, create=True)"),
-        ("        for other in ():", "        workdir = scratch.descend('files', create=True)"), "tests/test_s3.py::test_a_staging_runs_leftovers_never_become_another_commits_objects"),
+        ("        for other in ():", "        workdir = scratch.descend('files', create=True)"),
+        "tests/test_s3.py::test_a_staging_runs_leftovers_never_become_another_commits_objects"),
     "staging-scratch-kept-with-the-copy": (
         "tasks/cleanup.py", '    remove_under(settings.home, f"{SCRATCH}/{name}")  # this host\'s leftovers',
-        "    0 and remove_under(settings.home, f\"{SCRATCH}/{name}\")  # this host's leftovers", "tests/test_s3.py::test_a_staging_runs_leftovers_never_become_another_commits_objects"),
+        "    0 and remove_under(settings.home, f\"{SCRATCH}/{name}\")  # this host's leftovers",
+        "tests/test_s3.py::test_a_staging_runs_leftovers_never_become_another_commits_objects"),
     "api-body-unbounded": (
         "weightkeeper/api.py", "    app.add_middleware(BodyLimit)\n", "",
         "tests/test_api.py::test_a_body_too_big_is_refused_before_it_is_parsed_or_its_sender_checked"),
@@ -715,11 +724,14 @@ MUTATIONS = {
         "            pass", "tests/test_listing.py::test_a_forged_cursor_that_no_column_could_hold_answers_422"),
     "subpath-shown-to-others": (
         "weightkeeper/tenancy.py", 'OWNER_FIELDS = ("tokenBlock", "stagingUri", "message", "subpath")',
-        'OWNER_FIELDS = ("tokenBlock", "stagingUri", "message")', "tests/test_tenancy.py::test_others_see_only_public_models_without_secrets_paths_or_messages"),
+        'OWNER_FIELDS = ("tokenBlock", "stagingUri", "message")',
+        "tests/test_tenancy.py::test_others_see_only_public_models_without_secrets_paths_or_messages"),
     "private-targets-shown-to-others": (
-        "weightkeeper/tenancy.py", '    if out["targets"] is not None:', "    if False:", "tests/test_tenancy.py::test_others_see_only_public_models_without_secrets_paths_or_messages"),
+        "weightkeeper/tenancy.py", '    if out["targets"] is not None:', "    if False:",
+        "tests/test_tenancy.py::test_others_see_only_public_models_without_secrets_paths_or_messages"),
     "nesting-names-others-model": (
-        "weightkeeper/registry/store.py", "if owner in (None, other.owner_name) else", "if True else", "tests/test_tenancy.py::test_others_see_only_public_models_without_secrets_paths_or_messages"),
+        "weightkeeper/registry/store.py", "if owner in (None, other.owner_name) else", "if True else",
+        "tests/test_tenancy.py::test_others_see_only_public_models_without_secrets_paths_or_messages"),
     "taken-path-names-others-model": (
         "weightkeeper/registry/store.py", "if names_others or owner == spec.owner_name else", "if True else",
         "tests/test_tenancy.py::test_others_see_only_public_models_without_secrets_paths_or_messages"),

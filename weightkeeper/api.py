@@ -76,15 +76,15 @@ class BodyLimit:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = dict(scope["headers"]).get(b"content-length", b"0")
-        body, more = b"", not declared.isdigit() or int(declared) <= MAX_BODY_BYTES
-        too_big = not more
+        body, too_big = b"", declared.isdigit() and int(declared) > MAX_BODY_BYTES
+        more = not too_big
         while more:
             message = await receive()
             if message["type"] != "http.request":  # the client went away
                 return None
             body += message.get("body", b"")
-            more, too_big = message.get("more_body", False), len(body) > MAX_BODY_BYTES
-            more = more and not too_big
+            too_big = len(body) > MAX_BODY_BYTES
+            more = message.get("more_body", False) and not too_big
         if too_big:
             return await JSONResponse({"code": "TooLarge", "message": f"the request body is over {MAX_BODY_BYTES} "
                                        "bytes"}, status_code=413, headers={"Connection": "close"})(scope, receive, send)

@@ -15,7 +15,7 @@ Whatever the Hub answers is checked before it is used: the commit, every file's 
 redirect only to the endpoint's own origin, to an https host whose addresses are not loopback,
 link-local or private (unless the endpoint's are of the same kind), or to a host the setting
 `hub_redirect_hosts` allows; at most MAX_REDIRECTS of them. A host checked by its addresses is then
-reached at the address checked, not resolved again (`route`).
+reached only at the addresses checked, never resolved again (`route`).
 
 Every request to the endpoint's origin is taken from the Hub request budget first, and a 429 is absorbed
 (`weightkeeper.hubbudget`, which says what counts).
