@@ -18,7 +18,7 @@ from prefect.runtime import flow_run, task_run
 from prefect.states import Cancelled
 
 from weightkeeper.tasks.snapshot import retry_transient
-from weightkeeper.config import Settings
+from weightkeeper.config import Settings, Workspace
 from weightkeeper.download import RemoteFile, Snapshot, in_place
 from weightkeeper.hubbudget import budget_message, hub_budget
 from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError, NotOursError, UnsafePathError
@@ -225,6 +225,13 @@ def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: S
     return fetched
 
 
+def shared_copy_path(ws: Workspace, model: Model, snapshot: Snapshot) -> str:
+    """The shared copy of `snapshot` that a path of `model` in `ws` links to: the service's, or, in a workspace
+    whose jobs run as their model's owner (Kubernetes), that owner's own (`layout.artifact_path`)."""
+    return artifact_path(ws.volume, snapshot.repo_id, snapshot.copy, ws.models_dir,
+                         maker_uid=model.owner_uid if ws.kubernetes else None)
+
+
 def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry: LocalPath, holder: Holder,
                      parent: Dir, name: str, snapshot: Snapshot, reporter: Reporter, switch: bool = False) -> None:
     """Link the entry's path (`name` in `parent`) to the verified shared copy of the snapshot on its volume,
@@ -234,9 +241,8 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
     `switch`: the path is a link to another commit's copy, which it keeps until the new copy is verified; then
     a new link is renamed over it (a reader sees one commit or the other), and the registry records the switch
     (`path_switched`) before the new copy's lease is let go."""
-    ws = settings.workspace(entry.workspace)
-    volumes = settings.volume_rules
-    path = artifact_path(ws.volume, snapshot.repo_id, snapshot.copy, ws.models_dir)
+    ws, volumes = settings.workspace(entry.workspace), settings.volume_rules
+    path = shared_copy_path(ws, model, snapshot)
     check_writable(path, volumes, artifact=True)
     files = [f.to_json() for f in snapshot.files]
     while True:
@@ -363,7 +369,6 @@ def download_snapshot(name: str, path_id: int, snapshot: Snapshot):
         sharing = model.download_policy == REUSE_IF_EXISTS
         if sharing and (problem := sharing_problem(entry.path, ws.volume, ws.models_dir)):
             raise DownloadError(f"{problem}; use always-download or a path inside the models root", permanent=True)
-        shared = artifact_path(ws.volume, snapshot.repo_id, snapshot.copy, ws.models_dir)
         check_writable(entry.path, settings.volume_rules)
         _claim(registry, name, entry, holder, settings.lease_seconds)
         with renewed(registry, Kind.PATH, path_id, holder, settings.lease_seconds) as held:
@@ -374,7 +379,8 @@ def download_snapshot(name: str, path_id: int, snapshot: Snapshot):
             with parent:
                 if sharing and _links_or_free(parent, leaf, entry.made):
                     link_shared_copy(settings, registry, model, entry, holder, parent, leaf, snapshot, reporter)
-                    logger.info("%s: %s links to the shared copy %s", name, target, shared)
+                    logger.info("%s: %s links to the shared copy %s", name, target,
+                                shared_copy_path(ws, model, snapshot))
                     return target
                 own, made = own_directory(parent, leaf, entry.path, entry.made)
                 with own:

@@ -802,6 +802,22 @@ MUTATIONS = {
         "tasks/switch.py", "            return f\"update to {snapshot.commit} held: {problem}; it stays on {model.commit}\"",
         "            return None",
         "tests/test_tracking.py::test_an_update_past_the_workspace_capacity_is_held_with_a_message"),
+    "shared-copy-across-owners": (
+        "tasks/download.py", "                         maker_uid=model.owner_uid if ws.kubernetes else None)",
+        "                         maker_uid=None)",
+        "tests/test_kube.py::test_a_shared_copy_written_by_one_owners_job_never_reaches_another_owners_model"),
+    "copy-shelf-open-to-others": (
+        "weightkeeper/fsops.py", "    if not d.shut_to_others():", "    if False:",
+        "tests/test_kube.py::test_a_shared_copy_is_never_made_below_a_directory_someone_else_can_write"),
+    "copy-shelf-mode-unchecked": (
+        "weightkeeper/anchored.py", "        return not st.st_mode & 0o022 and st.st_uid",
+        "        return st.st_uid",
+        "tests/test_kube.py::test_a_shared_copy_is_never_made_below_a_directory_someone_else_can_write"),
+    "artifacts-dir-of-a-uid-unguarded": (
+        "weightkeeper/layout.py", 'ARTIFACTS = re.compile(r"_artifacts(\\.[1-9][0-9]{0,9})?")',
+        'ARTIFACTS = re.compile(r"_artifacts")',
+        "tests/test_guard.py::test_model_cleanup_never_enters_the_shared_copies "
+        "tests/test_layout.py::test_subpath_never_enters_the_shared_copies"),
 }
 
 

@@ -154,8 +154,9 @@ def test_directory_size_excludes_cache_and_links(volume, tmp_path):
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
-def test_shared_copies_are_removable_only_by_garbage_collection():
-    copy = f"/mnt/vol/models/_artifacts/o--n/{COMMIT}"
+@pytest.mark.parametrize("shelf", ["_artifacts", "_artifacts.4242"])
+def test_shared_copies_are_removable_only_by_garbage_collection(shelf):
+    copy = f"/mnt/vol/models/{shelf}/o--n/{COMMIT}"
     with pytest.raises(UnsafePathError, match="only garbage collection"):
         check_removable(copy, VOLUMES)
     assert check_removable(copy, VOLUMES, artifact=True)
@@ -165,6 +166,8 @@ def test_shared_copies_are_removable_only_by_garbage_collection():
     "/mnt/vol/models/_artifacts", "/mnt/vol/models/_artifacts/o--n", f"/mnt/vol/models/_artifacts/o--n/{COMMIT}/x",
     "/mnt/vol/models/_artifacts/o--n/main", f"/mnt/vol/team/models/_artifacts/o--n/{COMMIT}",
     "/mnt/vol/models/o--n", f"/mnt/other/models/_artifacts/o--n/{COMMIT}",
+    "/mnt/vol/models/_artifacts.4242/o--n", f"/mnt/vol/models/_artifacts.0/o--n/{COMMIT}",
+    f"/mnt/vol/models/_artifacts.042/o--n/{COMMIT}", f"/mnt/vol/models/x/_artifacts.1/o--n/{COMMIT}",
 ])
 def test_garbage_collection_removes_nothing_but_a_shared_copy(path):
     with pytest.raises(UnsafePathError):
@@ -172,7 +175,8 @@ def test_garbage_collection_removes_nothing_but_a_shared_copy(path):
 
 
 @pytest.mark.parametrize("path", ["/mnt/vol/models/_artifacts", "/mnt/vol/models/_artifacts/o--n",
-                                  "/mnt/vol/models/x/_artifacts/y"])
+                                  "/mnt/vol/models/x/_artifacts/y", "/mnt/vol/models/_artifacts.4242/o--n",
+                                  "/mnt/vol/models/x/_artifacts.1/y"])
 def test_model_cleanup_never_enters_the_shared_copies(path):
     with pytest.raises(UnsafePathError):
         check_removable(path, VOLUMES)

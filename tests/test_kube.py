@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from kubernetes.client import ApiClient
 
+from conftest import tiny_files
+
 from weightkeeper.config import Workspace, load_settings
 from weightkeeper.errors import ConfigError, DownloadError, InvalidInputError
 from weightkeeper.kube import (
@@ -514,3 +516,75 @@ def test_a_model_that_names_any_token_block_never_borrows_the_namespaces_token(w
     wk.declare("elsewhere", "hf://acme/gated-kube", workspaces=["team-a"], token_block="hf-mine")
     assert resolving("elsewhere") == "resolved"
     assert not any("/resolve/" in r.path for r in hub.requests)
+
+
+def _kube_workspace(wk, hub, tmp_path) -> Path:
+    """A Kubernetes workspace `gpu` (its jobs run as their model's owner), whose download runs this test calls."""
+    from weightkeeper.runtime import ensure_download_limit
+
+    volume = tmp_path / "gpu"
+    volume.mkdir()
+    wk._workspaces = [*wk._workspaces, {"name": "gpu", "volume": str(volume), "work_pool": "kube-gpu"}]
+    wk.rewrite(hf_endpoint=hub.url)
+    with wk.config.open("a") as config:
+        config.write('[workspaces.kubernetes]\nnamespace = "gpu"\nimage = "registry.local/weightkeeper:0.1"\n'
+                     'volume_claim = "models"\n')
+    ensure_download_limit(wk.settings)  # as `weightkeeper serve` or any ensure-model run makes it
+    return volume
+
+
+def test_a_shared_copy_written_by_one_owners_job_never_reaches_another_owners_model(wk, hub, tmp_path):
+    """A Kubernetes job runs as its model's owner, so the shared copy it makes is that owner's to write. The
+    attacker (uid 4242) shares a repository, waits for the copy, and rewrites a shard in it, same size: the quick
+    check passes. The victim (uid 4343) declares the same repository: its path links to a copy of its own, with
+    the Hub's bytes. Two models of one owner still share one copy, downloaded once."""
+    from weightkeeper.flows.paths import download_to_path
+
+    volume = _kube_workspace(wk, hub, tmp_path)
+    files = tiny_files("owners")
+    commit = hub.add_repo("acme/owners", files)
+
+    def ensured(name: str, uid: int, subpath: str) -> str:
+        model = wk.declare(name, "hf://acme/owners", workspaces=["gpu"], download_policy="reuse-if-exists",
+                           owner_uid=uid, subpath=subpath)
+        download_to_path(name, model.local_paths[0].id)
+        assert wk.registry.get_model(name).local_paths[0].status == "Ready"
+        return model.local_paths[0].path
+
+    shard = "model-00001-of-00002.safetensors"
+    attacker = ensured("attackers", 4242, "models/a")
+    copy = volume / "models" / "_artifacts.4242" / "acme--owners" / commit
+    assert Path(attacker).resolve() == copy
+    (copy / shard).write_bytes(b"\0" * len(files[shard]))  # the owner of the copy writes in it
+    victim = ensured("victims", 4343, "models/v")
+    assert Path(victim).resolve() == volume / "models" / "_artifacts.4343" / "acme--owners" / commit
+    assert (Path(victim) / shard).read_bytes() == files[shard]
+    hub.reset_stats()
+    ensured("victims-too", 4343, "models/w")
+    assert Path(victim).resolve() == Path(wk.registry.get_model("victims-too").local_paths[0].path).resolve()
+    assert hub.get_count("acme/owners") == 0  # the same owner's second model: the copy it has
+
+
+@pytest.mark.parametrize("planted", ["shelf-of-another-uid", "shelf-open-to-all", "repo-dir-open-to-all"])
+def test_a_shared_copy_is_never_made_below_a_directory_someone_else_can_write(wk, hub, tmp_path, planted):
+    """The attacker can write in the models root and plants the directory that will hold the victim's shared
+    copies (`_artifacts.<uid>`, or the repository's below it) before the victim's first model: owned by the
+    attacker, or writable by anyone. Whoever can write there could swap the copy for a link to their own files
+    between two verifications, so the victim's download fails, naming it, and writes nothing there."""
+    from weightkeeper.flows.paths import download_to_path
+
+    volume = _kube_workspace(wk, hub, tmp_path)
+    hub.add_repo("acme/planted-shelf", tiny_files("planted-shelf"))
+    shelf = volume / "models" / "_artifacts.4343"
+    (shelf / "acme--planted-shelf").mkdir(parents=True)
+    if planted == "shelf-of-another-uid":
+        os.chown(shelf, 4242, 4242)
+    else:
+        os.chmod(shelf if planted == "shelf-open-to-all" else shelf / "acme--planted-shelf", 0o777)
+    model = wk.declare("victim", "hf://acme/planted-shelf", workspaces=["gpu"], download_policy="reuse-if-exists",
+                       owner_uid=4343)
+    with pytest.raises(DownloadError):
+        download_to_path("victim", model.local_paths[0].id)
+    entry = wk.registry.get_model("victim").local_paths[0]
+    assert entry.status == "Failed" and "is not weightkeeper's own or others may write in it" in entry.message
+    assert os.listdir(shelf / "acme--planted-shelf") == [] and not os.path.lexists(entry.path)

@@ -135,9 +135,26 @@ def test_shared_copy_layout_and_relative_links():
     assert sharing_problem("/v/models/o--n", "/v") is None
     assert sharing_problem("/v/models/sub/o--n", "/v") is None
     assert "outside the models root" in sharing_problem("/v/team/models/o--n", "/v")
-    assert "holds the shared copies" in sharing_problem("/v/models/_artifacts/o--n", "/v")
-    with pytest.raises(InvalidInputError, match="shared copies"):
-        model_path("/v", "_artifacts")
+    assert "holds shared copies" in sharing_problem("/v/models/_artifacts/o--n", "/v")
+    assert "holds shared copies" in sharing_problem("/v/models/_artifacts.4242/o--n", "/v")
+    assert artifact_path("/v", "o/n", c, maker_uid=4242) == f"/v/models/_artifacts.4242/o--n/{c}"
+    for uid in (0, -1):
+        with pytest.raises(InvalidInputError, match="cannot be made by uid"):
+            artifact_path("/v", "o/n", c, maker_uid=uid)
+    for repo in ("_artifacts", "_artifacts.4242"):
+        with pytest.raises(InvalidInputError, match="shared copies"):
+            model_path("/v", repo)
+    assert model_path("/v", "_artifacts.042") == "/v/models/_artifacts.042"  # no uid is written so: not one
+
+
+@pytest.mark.parametrize(("name", "shelf"), [("_artifacts", True), ("_artifacts.1", True), ("_artifacts.4294967295", True),
+                                            ("_artifacts.0", False), ("_artifacts.01", False), ("_artifacts.", False),
+                                            ("_artifacts.x", False), ("_artifacts.12345678901", False),
+                                            ("artifacts", False), ("_artifacts-1", False)])
+def test_directories_of_shared_copies_are_named_exactly(name, shelf):
+    from weightkeeper.layout import is_artifacts_dir
+
+    assert is_artifacts_dir(name) is shelf
 
 
 def test_workspace_usage_counts_a_shared_copy_once():
@@ -151,7 +168,8 @@ def test_workspace_usage_counts_a_shared_copy_once():
                      "b": {"storedBytes": 5, "withoutSharingBytes": 10}}
 
 
-@pytest.mark.parametrize("subpath", ["_artifacts", "models/_artifacts", "team/_artifacts/x"])
+@pytest.mark.parametrize("subpath", ["_artifacts", "models/_artifacts", "team/_artifacts/x", "_artifacts.4242",
+                                     "team/_artifacts.1/x"])
 def test_subpath_never_enters_the_shared_copies(subpath):
     with pytest.raises(InvalidInputError, match="shared copies"):
         model_path("/v", "o/n", subpath)
@@ -172,7 +190,7 @@ def test_s3_source_names_its_directory_by_the_last_segment(source, bucket, prefi
 
 @pytest.mark.parametrize("source", [
     "s3://", "s3://weights", "s3://weights/", "s3://Weights/x", "s3://ab/x", "s3://weights//x", "s3://weights/a/../x",
-    "s3://weights/./x", "s3://weights/a b", "s3://weights/x/_artifacts/", "s3://weights/-x", "s3://weights/.x",
+    "s3://weights/./x", "s3://weights/a b", "s3://weights/x/_artifacts/", "s3://weights/_artifacts.7", "s3://weights/-x", "s3://weights/.x",
     "s3://weights/mod\u0435l", "s3:///x",
 ])
 def test_s3_source_refuses(source):

@@ -184,6 +184,12 @@ class Dir:
         except FileNotFoundError:
             return None
 
+    def shut_to_others(self) -> bool:
+        """This process owns this directory (as a file it makes here is owned: see `make_dir`), and neither its
+        group nor others may write in it: no one else can rename, replace or add what it holds."""
+        st = os.fstat(self.fd)
+        return not st.st_mode & 0o022 and st.st_uid == _owner_of_a_file_made_in(self.fd)
+
     def identity(self) -> str:
         """`dev:inode` of this directory: which directory it is, whatever its path."""
         st = os.fstat(self.fd)

@@ -7,14 +7,15 @@ entries recorded before that was kept, or None when nothing was made yet. Remova
 
 from __future__ import annotations
 
+import os
 import posixpath
 import stat
 from collections.abc import Iterable, Sequence
 
-from weightkeeper.anchored import Dir, open_parent, open_path
+from weightkeeper.anchored import Dir, open_parent, open_path, volume_of
 from weightkeeper.download import CACHE_DIR, PARTIAL_DIR
 from weightkeeper.errors import CleanupError, DownloadError, NotOursError, UnsafePathError
-from weightkeeper.guard import VolumeRule
+from weightkeeper.guard import VolumeRule, check_removable
 
 LINK, LEGACY = "link", "legacy"
 SHOWN_ENTRIES = 5
@@ -96,10 +97,25 @@ COPY_REMEDY = "move it away (it is left alone); the next run makes the shared co
 
 def own_copy(path: str, volumes: Iterable[VolumeRule], made: str | None) -> tuple[Dir, str]:
     """The shared copy at `path` to fill or repair, as `own_directory` gives a model's: the directory weightkeeper
-    made (`made`, recorded), else one made now; never one someone else put there. (its Dir, what to record)."""
-    parent, name = open_parent(path, volumes, create=True, artifact=True)
-    with parent:
-        return own_directory(parent, name, path, made, COPY_REMEDY)
+    made (`made`, recorded), else one made now; never one someone else put there. (its Dir, what to record).
+
+    The two directories above it (`_artifacts[.<uid>]/<repo dir>`) must be this process's and shut to others
+    (`Dir.shut_to_others`): whoever could write there could swap the copy for a link to files of theirs."""
+    volume = check_removable(path, volumes, artifact=True)
+    models, artifacts, repo, name = volume_of(path, [volume])[1].split("/")
+    with Dir.root(volume.root) as root, root.descend(models, create=True) as top:
+        with _shut(top.descend(artifacts, create=True)) as shelf, _shut(shelf.descend(repo, create=True)) as parent:
+            return own_directory(parent, name, path, made, COPY_REMEDY)
+
+
+def _shut(d: Dir) -> Dir:
+    if not d.shut_to_others():
+        st = os.fstat(d.fd)
+        d.close()
+        raise DownloadError(f"{d} (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}) is not weightkeeper's "
+                            "own or others may write in it, so it cannot hold a shared copy: move it away and "
+                            "ensure the model again", permanent=True)
+    return d
 
 
 def open_copy(path: str, volumes: Iterable[VolumeRule], made: str | None) -> Dir:

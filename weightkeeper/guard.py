@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from weightkeeper.errors import UnsafePathError
-from weightkeeper.layout import ARTIFACTS_DIR, COPY, SEGMENT
+from weightkeeper.layout import ARTIFACTS_DIR, COPY, SEGMENT, is_artifacts_dir
 
 
 @dataclass(frozen=True)
@@ -55,12 +55,12 @@ def check_removable(path: object, volumes: Iterable[VolumeRule], artifact: bool 
         below = segments.index(volume.models_dir) if volume.models_dir in segments else -1
         if below < 0 or below == len(segments) - 1:
             raise _refuse(path, f"not below a {volume.models_dir!r} directory of volume {volume.root}")
-        exact = (len(segments) == 4 and segments[0] == volume.models_dir and segments[1] == ARTIFACTS_DIR
+        exact = (len(segments) == 4 and segments[0] == volume.models_dir and is_artifacts_dir(segments[1])
                  and COPY.fullmatch(segments[3]))
         if artifact and not exact:
-            raise _refuse(path, f"not a shared copy <{volume.models_dir}>/{ARTIFACTS_DIR}/<repo>/<commit>")
-        if ARTIFACTS_DIR in segments and not artifact:
-            raise _refuse(path, f"it is inside {ARTIFACTS_DIR}; only garbage collection removes shared copies")
+            raise _refuse(path, f"not a shared copy <{volume.models_dir}>/{ARTIFACTS_DIR}[.<uid>]/<repo>/<commit>")
+        if not artifact and (inside := next(filter(is_artifacts_dir, segments), None)):
+            raise _refuse(path, f"it is inside {inside}; only garbage collection removes shared copies")
         return volume
     raise _refuse(path, "not inside any declared workspace volume")
 

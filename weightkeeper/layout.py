@@ -17,6 +17,7 @@ MODEL_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 DEFAULT_REVISION = "main"
 ARTIFACTS_DIR = "_artifacts"
+ARTIFACTS = re.compile(r"_artifacts(\.[1-9][0-9]{0,9})?")  # the service's shared copies, or one job owner's
 ALWAYS_DOWNLOAD, REUSE_IF_EXISTS = "always-download", "reuse-if-exists"
 DOWNLOAD_POLICIES = (ALWAYS_DOWNLOAD, REUSE_IF_EXISTS)
 
@@ -90,7 +91,7 @@ def parse_s3_uri(uri: str) -> S3Source:
             not SEGMENT.fullmatch(s) or s in (".", "..") for s in segments):
         raise InvalidInputError(f"invalid S3 source {uri!r}: use s3://bucket/prefix/ with a valid bucket name and "
                                 "plain prefix segments (letters, digits, '.', '_', '-')")
-    if segments[-1] == ARTIFACTS_DIR or segments[-1][0] in "-.":
+    if is_artifacts_dir(segments[-1]) or segments[-1][0] in "-.":
         raise InvalidInputError(f"invalid S3 source {uri!r}: its last segment {segments[-1]!r} names the model "
                                 "directory and must start with a letter or digit")
     return S3Source(bucket, "/".join(segments) + "/")
@@ -143,8 +144,8 @@ def validate_subpath(subpath: str | None) -> str | None:
             f"invalid subpath {subpath!r}: use a relative path of letters, digits, '.', '_' and '-' segments "
             "(no '..', no leading or double '/')"
         )
-    if ARTIFACTS_DIR in segments:
-        raise InvalidInputError(f"invalid subpath {subpath!r}: {ARTIFACTS_DIR!r} holds the shared copies")
+    if any(map(is_artifacts_dir, segments)):
+        raise InvalidInputError(f"invalid subpath {subpath!r}: {ARTIFACTS_DIR!r} directories hold the shared copies")
     if any(s.startswith(".") for s in segments):
         raise InvalidInputError(f"invalid subpath {subpath!r}: a segment starting with '.' (such as .cache) is "
                                 "where weightkeeper and other tools keep their own files")
@@ -159,8 +160,9 @@ def model_path(volume: str, repo_id: str, subpath: str | None = None, models_dir
         parent = posixpath.join(parent, subpath)
     if not subpath or models_dir not in subpath.split("/"):
         parent = posixpath.join(parent, models_dir)
-    if repo_dir_name(repo_id) == ARTIFACTS_DIR:
-        raise InvalidInputError(f"repository {repo_id!r} maps to {ARTIFACTS_DIR!r}, the directory of shared copies")
+    if is_artifacts_dir(repo_dir_name(repo_id)):
+        raise InvalidInputError(f"repository {repo_id!r} maps to {repo_dir_name(repo_id)!r}, a directory of shared "
+                                "copies")
     return posixpath.join(parent, repo_dir_name(repo_id))
 
 
@@ -206,9 +208,21 @@ def models_root(volume: str, models_dir: str = "models") -> str:
     return posixpath.join(volume, models_dir)
 
 
-def artifact_path(volume: str, repo_id: str, copy: str, models_dir: str = "models") -> str:
-    """Where the one shared copy of a snapshot (`copy`: its `copy_name`) lives on a volume."""
-    return posixpath.join(models_root(volume, models_dir), ARTIFACTS_DIR, repo_dir_name(repo_id), copy)
+def is_artifacts_dir(segment: str) -> bool:
+    """A models root's directory of shared copies: `_artifacts`, or `_artifacts.<uid>` (see `artifact_path`)."""
+    return bool(ARTIFACTS.fullmatch(segment))
+
+
+def artifact_path(volume: str, repo_id: str, copy: str, models_dir: str = "models", maker_uid: int | None = None) -> str:
+    """Where the one shared copy of a snapshot (`copy`: its `copy_name`) lives on a volume.
+
+    `maker_uid`: the uid that writes it, when that is the model's owner rather than the service (the jobs of a
+    Kubernetes workspace run as their model's owner). Such a copy is its owner's to write, so it is shared only
+    among that owner's models, in `_artifacts.<uid>`: no model ever reads a copy another user can write."""
+    if maker_uid is not None and maker_uid <= 0:
+        raise InvalidInputError(f"a shared copy of {repo_id!r} cannot be made by uid {maker_uid}")
+    artifacts = ARTIFACTS_DIR if maker_uid is None else f"{ARTIFACTS_DIR}.{maker_uid}"
+    return posixpath.join(models_root(volume, models_dir), artifacts, repo_dir_name(repo_id), copy)
 
 
 def sharing_problem(path: str, volume: str, models_dir: str = "models") -> str | None:
@@ -216,8 +230,8 @@ def sharing_problem(path: str, volume: str, models_dir: str = "models") -> str |
     root = models_root(volume, models_dir)
     if not path.startswith(root + "/"):
         return f"{path} is outside the models root {root}; shared models must live inside it"
-    if path[len(root) + 1 :].split("/")[0] == ARTIFACTS_DIR:
-        return f"{path} is inside {root}/{ARTIFACTS_DIR}, which holds the shared copies"
+    if is_artifacts_dir(first := path[len(root) + 1 :].split("/")[0]):
+        return f"{path} is inside {root}/{first}, which holds shared copies"
     return None
 
 

@@ -22,7 +22,7 @@ from weightkeeper.anchored import Dir, PathOpener
 from weightkeeper.download import HASH_CHUNK, PARTIAL_DIR, RemoteFile, expected_digest, file_hasher
 from weightkeeper.errors import UnsafePathError
 from weightkeeper.guard import VolumeRule
-from weightkeeper.layout import ARTIFACTS_DIR
+from weightkeeper.layout import is_artifacts_dir
 from weightkeeper.planning import reuse_plan
 
 logger = logging.getLogger("weightkeeper.reuse")
@@ -89,7 +89,7 @@ def reuse_files(target: Dir, missing: Iterable[RemoteFile], copies: Iterable[tup
     with PathOpener(volumes) as opener, ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         for where in sorted({w for w, _ in plan.values()}):
             try:
-                source = opener.open(where, artifact=f"/{ARTIFACTS_DIR}/" in where)  # a model path never has it
+                source = opener.open(where, artifact=any(map(is_artifacts_dir, where.split("/"))))  # never a model's
             except (OSError, UnsafePathError) as e:
                 logger.warning("cannot reuse files of %s: %s", where, e)
                 continue

@@ -17,7 +17,7 @@ from weightkeeper.anchored import Dir, open_under, volume_of
 from weightkeeper.download import PARTIAL_DIR, READY_MARKER
 from weightkeeper.errors import UnsafePathError
 from weightkeeper.guard import VolumeRule
-from weightkeeper.layout import ARTIFACTS_DIR
+from weightkeeper.layout import is_artifacts_dir
 
 LOCKS_DIR = ".locks"
 
@@ -48,7 +48,7 @@ def unmark_ready(copy: Dir) -> None:
 @contextmanager
 def file_lock(artifact: str, volumes: Iterable[VolumeRule], on_wait: Callable[[], None],
               poll: float = 1.0) -> Iterator[None]:
-    """An exclusive `flock` on `<models root>/_artifacts/.locks/<repo dir>--<commit>.lock`, for processes on
+    """An exclusive `flock` on `<models root>/_artifacts[.<uid>]/.locks/<repo dir>--<commit>.lock`, for processes on
     hosts that share the volume. The kernel drops it when its holder dies; `on_wait` runs while another
     holder has it (and may raise to give up)."""
     volume, relative = volume_of(artifact, volumes)
@@ -69,12 +69,12 @@ def file_lock(artifact: str, volumes: Iterable[VolumeRule], on_wait: Callable[[]
 
 
 def links_into(artifact: str, volumes: Iterable[VolumeRule]) -> list[str]:
-    """Every symlink under the copy's models root (outside `_artifacts`) whose target, read from where it
+    """Every symlink under the copy's models root (outside the `_artifacts` directories) whose target, read from where it
     stands without following any other link, is inside `artifact`."""
     volume, relative = volume_of(artifact, volumes)
     found = []
     with open_under(volume.root, relative.rsplit("/", 3)[0]) as models_root:
-        for current, names in models_root.walk(skip=(ARTIFACTS_DIR,)):
+        for current, names in models_root.walk(skip=filter(is_artifacts_dir, models_root.entries())):
             for name in names:
                 if name.startswith(".") and name.endswith(".link"):  # a link `Dir.symlink` had not put in place yet
                     continue
