@@ -148,7 +148,9 @@ MUTATIONS = {
     "unreachable-limit": ("tasks/verify.py", "        if getattr(e, \"permanent\", True) or down_for >= settings.hub_unreachable_seconds:",
                           "        if False:",
                           "tests/test_sharing.py::test_hub_unreachable_during_repair_fails_the_models_until_it_is_back"),
-    "artifacts-guard": ("weightkeeper/guard.py", "        if ARTIFACTS_DIR in segments and not artifact:", "        if False:",
+    "artifacts-guard": ("weightkeeper/guard.py",
+                        "        if not artifact and (inside := next(filter(is_artifacts_dir, segments), None)):",
+                        "        if False:",
                         "tests/test_guard.py"),
     "relative-link": ("weightkeeper/layout.py", "    return posixpath.relpath(artifact, posixpath.dirname(path))",
                       "    return artifact", "tests/test_layout.py tests/test_sharing.py::test_two_models_share_one_copy_and_it_goes_with_the_last"),
@@ -748,7 +750,7 @@ MUTATIONS = {
         "weightkeeper/hub.py", "    if time.monotonic() >= deadline:  # the reads ended", "    if False:  # the reads ended",
         "tests/test_hub_answers.py::test_a_listing_that_drips_or_floods_is_cut"),
     "listing-deadline-waits-for-a-read": (
-        "weightkeeper/hub.py", "    timer.start()\n", "    pass\n",
+        "weightkeeper/hub.py", "response.shutdown)\n    timer.start()\n", "response.shutdown)\n    pass\n",
         "tests/test_hub_answers.py::test_a_listing_whose_chunked_trailers_never_end_is_cut_at_the_deadline"),
     "listing-unbounded": (
         "weightkeeper/hub.py", "            if len(body) > cap:", "            if False:",
@@ -818,6 +820,16 @@ MUTATIONS = {
         'ARTIFACTS = re.compile(r"_artifacts")',
         "tests/test_guard.py::test_model_cleanup_never_enters_the_shared_copies "
         "tests/test_layout.py::test_subpath_never_enters_the_shared_copies"),
+    "headers-without-deadline": (
+        "weightkeeper/hub.py", "        timer.daemon = True\n        timer.start()\n", "        timer.daemon = True\n",
+        "tests/test_hub_answers.py::test_an_answer_whose_headers_drip_is_cut_at_the_deadline"),
+    "headers-cut-but-answer-kept": (
+        "weightkeeper/hub.py", "        if late.is_set():  # cut: the headers read until then, as if they had ended",
+        "        if False:",
+        "tests/test_hub_answers.py::test_an_answer_whose_headers_drip_is_cut_at_the_deadline"),
+    "hub-pools-without-header-deadline": (
+        "weightkeeper/hub.py", '            _pools[proxy].pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}\n', "",
+        "tests/test_hub_answers.py::test_an_answer_whose_headers_drip_is_cut_at_the_deadline"),
 }
 
 

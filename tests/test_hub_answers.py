@@ -30,7 +30,7 @@ from weightkeeper.anchored import Dir
 from weightkeeper.config import S3Settings, load_settings
 from weightkeeper.download import Limits, RemoteFile, Snapshot, collision, fetch_files
 from weightkeeper.errors import ConfigError, DownloadError
-from weightkeeper.hub import kind, model_info, route
+from weightkeeper.hub import check_access, hub_transfer, kind, model_info, resolve_snapshot, route
 from weightkeeper.hubserver import LISTING, HubServer
 from weightkeeper.layout import HfSource
 from weightkeeper.prefectserver import free_port
@@ -400,6 +400,60 @@ def test_a_listing_whose_chunked_trailers_never_end_is_cut_at_the_deadline(monke
         with pytest.raises(DownloadError, match="took over 2 s to list the files of acme/trailers"):
             model_info(HfSource("acme/trailers"), url, None, Limits())
         assert time.monotonic() - started < 10  # not the 30 s the trailers last
+
+
+@contextlib.contextmanager
+def headers_dripped(method: str) -> Iterator[str]:
+    """A server on loopback that answers a `method` request with a status line, then a header line every 0.2 s for
+    30 s (each read is quick; the headers never end), and any other request with `200 OK` and nothing more."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def answer(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            while request := conn.recv(65536):
+                if not request.startswith(method.encode() + b" "):
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                    continue
+                conn.sendall(b"HTTP/1.1 200 OK\r\n")
+                for _ in range(150):
+                    if stop.wait(0.2):
+                        return
+                    conn.sendall(b"X-Drip: 1\r\n")
+                conn.sendall(b"Content-Length: 0\r\n\r\n")
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while not stop.is_set():
+                threading.Thread(target=answer, args=(listener.accept()[0],), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        listener.close()
+
+
+@pytest.mark.parametrize("asked", ["the listing", "a file's HEAD", "a range's GET"])
+def test_an_answer_whose_headers_drip_is_cut_at_the_deadline(monkeypatch, asked):
+    """The server sends a status line, then a header line every 0.2 s, never ending them: each read returns well
+    within the read timeout. The revision's listing, a file's HEAD and the GET of its bytes are each cut when the
+    headers are not all in by HEADERS_SECONDS, with a message that says so."""
+    import weightkeeper.hub
+
+    monkeypatch.setattr(weightkeeper.hub, "HEADERS_SECONDS", 1.0)
+    source, remote = HfSource("acme/drip-headers"), RemoteFile("config.json", 4, "0" * 40)
+    with headers_dripped("HEAD" if asked == "a file's HEAD" else "GET") as url:
+        started = time.monotonic()
+        with pytest.raises(DownloadError, match="headers took over 1 s") as e:
+            if asked == "the listing":
+                resolve_snapshot(source, url, None, Limits())
+            elif asked == "a file's HEAD":
+                check_access(source, remote.path, url, None)
+            else:
+                hub_transfer(source, "a" * 40, url, None)(remote, 0, remote.size, lambda data: None)
+        assert time.monotonic() - started < 10 and not e.value.permanent  # not the 30 s the drip lasts
 
 
 def test_a_listing_sent_compressed_is_refused_before_it_is_inflated():

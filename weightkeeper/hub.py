@@ -23,6 +23,7 @@ Every request to the endpoint's origin is taken from the Hub request budget firs
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import ipaddress
 import json
@@ -44,7 +45,7 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
 from urllib3.util.connection import allowed_gai_family
 
 from weightkeeper.anchored import Dir
@@ -78,8 +79,59 @@ NEXT_ADDRESS = urllib3.Retry(total=None, connect=0, read=0, status=0, other=0, r
 DEFAULT_PORTS = {"http": 80, "https": 443}
 R = TypeVar("R")
 
+HEADERS_SECONDS = 30.0  # an answer's status line and headers, from the request sent
 _pools: dict[str | None, urllib3.PoolManager] = {}
 _pools_lock = threading.Lock()
+
+
+class _HeadersInTime:
+    """A connection whose answer's status line and headers must all arrive within HEADERS_SECONDS of asking. The
+    read timeout bounds one read; a server that drips its headers a byte per read would hold the request as long
+    as it likes, so a timer shuts the socket down at the deadline (the body has its pace and deadline: `watchdog`)."""
+
+    def getresponse(self):
+        late = threading.Event()
+
+        def cut() -> None:
+            late.set()
+            with contextlib.suppress(OSError, AttributeError):  # closed meanwhile
+                self.sock.shutdown(socket.SHUT_RDWR)
+
+        timer = threading.Timer(HEADERS_SECONDS, cut)
+        timer.daemon = True
+        timer.start()
+        try:
+            response = super().getresponse()
+        except Exception:
+            if late.is_set():
+                raise HeadersTooSlow(f"the answer's headers took over {HEADERS_SECONDS:.0f} s") from None
+            raise
+        finally:
+            timer.cancel()
+        if late.is_set():  # cut: the headers read until then, as if they had ended
+            response.close()
+            raise HeadersTooSlow(f"the answer's headers took over {HEADERS_SECONDS:.0f} s")
+        return response
+
+
+class HeadersTooSlow(http.client.HTTPException):
+    """An answer's headers were not all in by HEADERS_SECONDS (urllib3 gives it as a read error, not retried)."""
+
+
+class _HTTPConnection(_HeadersInTime, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_HeadersInTime, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _HTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _HTTPConnection
+
+
+class _HTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _HTTPSConnection
 
 
 def _pool(url: str) -> urllib3.PoolManager:
@@ -93,6 +145,7 @@ def _pool(url: str) -> urllib3.PoolManager:
             # a staging run fetches up to CONNECTIONS files at once, each as up to CONNECTIONS ranges
             options = {"num_pools": 32, "maxsize": CONNECTIONS * CONNECTIONS}
             _pools[proxy] = urllib3.ProxyManager(proxy, **options) if proxy else urllib3.PoolManager(**options)
+            _pools[proxy].pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
         return _pools[proxy]
 
 
@@ -183,15 +236,15 @@ def route(location: str, endpoint: str, allowed: Collection[str]) -> Route:
     return Route(location, addresses=usable)
 
 
-def _get(to: Route, headers: dict[str, str], timeout: urllib3.Timeout) -> urllib3.BaseHTTPResponse:
-    """A GET of `to.url` (no redirect followed). When its host was checked by its addresses, at those addresses
-    only, the next one tried when one cannot be connected to (as urllib3 tries a name's), with the host's name for
-    TLS and `Host`; unless a proxy resolves the name."""
+def _get(to: Route, headers: dict[str, str], timeout: urllib3.Timeout, method: str = "GET") -> urllib3.BaseHTTPResponse:
+    """A GET (or `method`) of `to.url` (no redirect followed), its headers in time (`_HeadersInTime`). When its host
+    was checked by its addresses, at those addresses only, the next one tried when one cannot be connected to (as
+    urllib3 tries a name's), with the host's name for TLS and `Host`; unless a proxy resolves the name."""
     pool = _pool(to.url)
     options = dict(preload_content=False, decode_content=False, redirect=False, timeout=timeout,
                    assert_same_host=False)
     if not to.addresses or isinstance(pool, urllib3.ProxyManager):
-        return pool.request("GET", to.url, headers=headers, retries=RETRIES, **options)
+        return pool.request(method, to.url, headers=headers, retries=RETRIES, **options)
     parts = urlsplit(to.url)
     name = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     headers = {**headers, "Host": name + (f":{parts.port}" if parts.port else "")}
@@ -205,11 +258,11 @@ def _get(to: Route, headers: dict[str, str], timeout: urllib3.Timeout) -> urllib
 
     for address in to.addresses[:-1]:
         try:
-            return at(address).urlopen("GET", target, headers=headers, retries=NEXT_ADDRESS, **options)
+            return at(address).urlopen(method, target, headers=headers, retries=NEXT_ADDRESS, **options)
         except urllib3.exceptions.MaxRetryError as e:
             if not isinstance(e.reason, urllib3.exceptions.ConnectTimeoutError):  # refused or timed out connecting
                 raise
-    return at(to.addresses[-1]).urlopen("GET", target, headers=headers, retries=RETRIES, **options)
+    return at(to.addresses[-1]).urlopen(method, target, headers=headers, retries=RETRIES, **options)
 
 
 def status_error(status: int | None, source: HfSource, endpoint: str | None) -> DownloadError:
@@ -368,12 +421,13 @@ def locate_file(url: str, token: str | None, home: str) -> str:
     endpoint). Errors are `huggingface_hub`'s typed ones; the answer is checked by the caller."""
     headers = {**build_hf_headers(token=token or False, library_name="weightkeeper"), "Accept-Encoding": "identity"}
     for _ in range(MAX_REDIRECTS + 1):
-        response = get_session().request("HEAD", url, headers=headers, timeout=API_TIMEOUT_SECONDS,
-                                         follow_redirects=False)
-        hf_raise_for_status(response)
-        if not response.has_redirect_location:
+        response = _get(Route(url), headers, urllib3.Timeout(API_TIMEOUT_SECONDS), method="HEAD")
+        response.release_conn()  # a HEAD's answer has no body to read
+        kept = {k: v for k, v in response.headers.items() if k.lower() not in FRAMING}
+        hf_raise_for_status(httpx2.Response(response.status, headers=kept, request=httpx2.Request("HEAD", url)))
+        if not (hop := response.get_redirect_location()):
             return url
-        target = urljoin(url, response.headers["Location"])
+        target = urljoin(url, hop)
         if _origin(target) != _origin(home):
             return target
         url = target
