@@ -827,6 +827,9 @@ MUTATIONS = {
         "weightkeeper/hub.py", "        if late.is_set():  # cut: the headers read until then, as if they had ended",
         "        if False:",
         "tests/test_hub_answers.py::test_an_answer_whose_headers_drip_is_cut_at_the_deadline"),
+    "head-connection-reused-unread": (
+        "weightkeeper/hub.py", "        response.drain_conn()  # a HEAD's answer", "        pass  # a HEAD's answer",
+        "tests/test_hub_answers.py::test_a_file_the_hub_redirects_within_its_own_origin_is_found_on_the_same_connection"),
     "hub-pools-without-header-deadline": (
         "weightkeeper/hub.py", '            _pools[proxy].pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}\n', "",
         "tests/test_hub_answers.py::test_an_answer_whose_headers_drip_is_cut_at_the_deadline"),

@@ -456,6 +456,18 @@ def test_an_answer_whose_headers_drip_is_cut_at_the_deadline(monkeypatch, asked)
         assert time.monotonic() - started < 10 and not e.value.permanent  # not the 30 s the drip lasts
 
 
+def test_a_file_the_hub_redirects_within_its_own_origin_is_found_on_the_same_connection(wk, hub):
+    """The Hub answers a file's HEAD with a redirect to another path of its own origin (a renamed repository, a
+    resolve cache): the next HEAD goes out on the connection the first one used, and finds the file."""
+    repo, files, commit = add(hub, "renamed")
+    hub.redirect(f"{hub.url}/{repo}/resolve/{commit}/{SHARD}", repo_id=repo, filename=SHARD, method="HEAD")
+    wk.declare("renamed", f"hf://{repo}", workspaces=["team-a"])
+    assert ensure_model("renamed") == "Ready", wk.registry.get_model("renamed").message
+    assert Path(wk.registry.get_model("renamed").local_paths[0].path, SHARD).read_bytes() == files[SHARD]
+    asked = [r.status for r in hub.requests if r.method == "HEAD" and r.path.endswith(f"/{SHARD}")]
+    assert asked == [302, 200]  # no attempt failed and was retried
+
+
 def test_a_listing_sent_compressed_is_refused_before_it_is_inflated():
     """Asked for as is (`Accept-Encoding: identity`), the listing comes as gzip inside gzip: a few hundred bytes
     that would inflate to 64 MiB (or terabytes, in three layers). It is refused, never inflated."""

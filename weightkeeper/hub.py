@@ -94,8 +94,8 @@ class _HeadersInTime:
 
         def cut() -> None:
             late.set()
-            with contextlib.suppress(OSError, AttributeError):  # closed meanwhile
-                self.sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError, AttributeError):  # closed meanwhile; TLS to a proxy wraps a socket
+                getattr(self.sock, "socket", self.sock).shutdown(socket.SHUT_RDWR)
 
         timer = threading.Timer(HEADERS_SECONDS, cut)
         timer.daemon = True
@@ -108,6 +108,7 @@ class _HeadersInTime:
             raise
         finally:
             timer.cancel()
+            timer.join()  # a cut under way has ended: `late` says whether there was one
         if late.is_set():  # cut: the headers read until then, as if they had ended
             response.close()
             raise HeadersTooSlow(f"the answer's headers took over {HEADERS_SECONDS:.0f} s")
@@ -422,7 +423,8 @@ def locate_file(url: str, token: str | None, home: str) -> str:
     headers = {**build_hf_headers(token=token or False, library_name="weightkeeper"), "Accept-Encoding": "identity"}
     for _ in range(MAX_REDIRECTS + 1):
         response = _get(Route(url), headers, urllib3.Timeout(API_TIMEOUT_SECONDS), method="HEAD")
-        response.release_conn()  # a HEAD's answer has no body to read
+        response.drain_conn()  # a HEAD's answer has no body: its connection can take the next request
+        response.release_conn()
         kept = {k: v for k, v in response.headers.items() if k.lower() not in FRAMING}
         hf_raise_for_status(httpx2.Response(response.status, headers=kept, request=httpx2.Request("HEAD", url)))
         if not (hop := response.get_redirect_location()):
