@@ -24,6 +24,7 @@ from weightkeeper.registry.runs import RunLease
 from weightkeeper.runs import NoDeployment, flow_run_of, mark_run_crashed, reserve, start_deployment, still_queued
 from weightkeeper.download import RemoteFile
 from weightkeeper.errors import DownloadError, NotFoundError
+from weightkeeper.layout import is_artifacts_dir
 from weightkeeper.verify import Due, listed
 from weightkeeper.runtime import ensure_download_limit
 from weightkeeper.context import current
@@ -136,6 +137,12 @@ def _copy(path: str, files: list, key: int, artifact: bool, deep: bool, sizes: t
     return Copy(path, sizes, key, artifact, False, made) if sizes is not None else None
 
 
+def _collect(artifact_id: int) -> str:
+    """Collect an unused copy; a failure is this copy's outcome, never the pass's end."""
+    state = collect_shared_copy(artifact_id, return_state=True)
+    return state.result() if state.is_completed() else f"failed: {state.message}"
+
+
 def _orphans(settings: Settings, registry: Registry) -> list[str]:
     """Directories directly under each models dir that no model path or shared copy is at or below (the
     recorded paths read after the directories are listed, so a model made meanwhile is never reported)."""
@@ -143,7 +150,7 @@ def _orphans(settings: Settings, registry: Registry) -> list[str]:
     for ws in settings.workspaces:
         root = Path(ws.volume or "/nonexistent") / ws.models_dir
         if root.is_dir():
-            children += [str(c) for c in root.iterdir() if not c.name.startswith((".", "_artifacts"))
+            children += [str(c) for c in root.iterdir() if not (c.name.startswith(".") or is_artifacts_dir(c.name))
                          and (c.is_dir() or c.is_symlink())]
     return orphans(sorted(set(children)), registry.recorded_paths()) if children else []
 
@@ -180,7 +187,7 @@ def reconcile() -> Outcomes:
     for artifact in artifacts:
         if not artifact.users:
             outcomes[artifact.path] = "kept: switched from recently" if in_grace(
-                artifact.released_at, now, settings.track_grace_seconds) else collect_shared_copy(artifact.id)
+                artifact.released_at, now, settings.track_grace_seconds) else _collect(artifact.id)
     found = _orphans(settings, registry)
     outcomes.update({path: "orphan" for path in found})
     rows = "\n".join(f"| {path} | {outcome} |" for path, outcome in sorted(outcomes.items()))

@@ -276,9 +276,10 @@ def collect_shared_copy(artifact_id: int) -> str:
                 done = "forgotten"
             if not registry.delete_artifact(artifact_id):
                 raise CleanupError(f"a model linked to {artifact.path} while it was being collected")
-    except (CleanupError, UnsafePathError) as e:
-        registry.set_artifact(artifact_id, holder, artifact.state, f"cannot collect: {e}", release=True)
-        logger.warning("shared copy %s not collected: %s", artifact.path, e)
+    except (CleanupError, UnsafePathError, OSError) as e:  # OSError: its lock, on a shelf this process may not enter
+        why = f"{e.filename or artifact.path}: {e.strerror}" if isinstance(e, OSError) and e.strerror else str(e)
+        registry.set_artifact(artifact_id, holder, artifact.state, f"cannot collect: {why}", release=True)
+        logger.warning("shared copy %s not collected: %s", artifact.path, why)
         return "busy"
     logger.info("shared copy %s %s: no model uses it", artifact.path, done)
     return "collected"

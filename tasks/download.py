@@ -226,10 +226,12 @@ def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: S
 
 
 def shared_copy_path(ws: Workspace, model: Model, snapshot: Snapshot) -> str:
-    """The shared copy of `snapshot` that a path of `model` in `ws` links to: the service's, or, in a workspace
-    whose jobs run as their model's owner (Kubernetes), that owner's own (`layout.artifact_path`)."""
+    """The shared copy of `snapshot` that a path of `model` in `ws` links to, on the shelf of whoever writes it
+    (`layout.artifact_path`): the owner's, when this process is a job that runs as the model's owner (a Kubernetes
+    workspace's); else the service's (a process pool's run, or a run in this process)."""
+    owners = ws.kubernetes is not None and os.geteuid() == model.owner_uid
     return artifact_path(ws.volume, snapshot.repo_id, snapshot.copy, ws.models_dir,
-                         maker_uid=model.owner_uid if ws.kubernetes else None)
+                         maker_uid=model.owner_uid if owners else None)
 
 
 def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry: LocalPath, holder: Holder,
@@ -418,8 +420,8 @@ def record_size(name: str, path_id: int) -> int:
     settings, registry = current()
     entry = _entry(registry, name, path_id)
     try:
-        size = path_size(entry.path, settings.volume_rules)
-    except (OSError, UnsafePathError) as e:  # swapped for a link (or gone) since the download: never left Downloading
+        size = path_size(entry.path, settings.volume_rules, entry.made)
+    except (OSError, UnsafePathError, NotOursError) as e:  # swapped (or gone) since the download: never left Downloading
         message = f"cannot measure {entry.path}: {getattr(e, 'strerror', None) or e}"
         registry.path_failed(name, path_id, path_holder(path_id), message)
         raise DownloadError(message, permanent=True) from None

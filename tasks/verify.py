@@ -218,7 +218,7 @@ def verify_model_path(name: str, path_id: int) -> str:
         if not deep:
             return "checked"
         if entry.status != READY:  # complete and correct after all: the path is Ready again
-            _restore_path(settings, registry, name, path_id, None, entry.path, "verified complete")
+            _restore_path(settings, registry, name, path_id, None, entry.path, entry.made, "verified complete")
         registry.set_path_verified(name, path_id, READY)
         return "verified"
     holder = Holder.here(f"repair/{flow_run.id or 'process'}/{path_id}")
@@ -257,15 +257,15 @@ def _repair_model_path(settings: Settings, registry: Registry, model, entry, fil
     except (DownloadError, UnsafePathError) as e:
         registry.path_failed(name, path_id, holder, f"{message}; {e}")
         return "postponed"
-    _restore_path(settings, registry, name, path_id, holder, entry.path, "repaired")
+    _restore_path(settings, registry, name, path_id, holder, entry.path, made, "repaired")
     registry.set_path_verified(name, path_id, READY)
     return "repaired"
 
 
 def _restore_path(settings: Settings, registry: Registry, name: str, path_id: int, holder: Holder | None, path: str,
-                  how: str) -> None:
-    """Mark an own copy Ready with its size; the model too once `derive_phase` says it is Ready."""
-    size = path_size(path, settings.volume_rules)
+                  made: str | None, how: str) -> None:
+    """Mark an own copy (`made` there) Ready with its size; the model too once `derive_phase` says it is Ready."""
+    size = path_size(path, settings.volume_rules, made)
     registry.path_downloaded(name, path_id, holder, size, f"{size} bytes ({how})")
     phase, message = model_phase(settings, registry.get_model(name))
     if phase == READY:

@@ -276,8 +276,8 @@ MUTATIONS = {
                                    "stat.S_ISREG(st.st_mode) else 0",
                                    "tests/test_attacks.py::test_a_link_planted_as_the_partial_file_never_changes_its_target"),
     "unmeasured-path-left-downloading": ("tasks/download.py",
-                                         "    except (OSError, UnsafePathError) as e:  # swapped for a link (or gone)",
-                                         "    except ZeroDivisionError as e:  # swapped for a link (or gone)",
+                                         "    except (OSError, UnsafePathError, NotOursError) as e:  # swapped",
+                                         "    except ZeroDivisionError as e:  # swapped",
                                          "tests/test_attacks.py::test_a_parent_swapped_just_before_the_size_is_measured_fails_the_model"),
     "link-in-the-way-not-retried": ("tasks/cleanup.py", "    except LinkInTheWayError:\n        return True\n", "",
                                     "tests/test_attacks.py::"
@@ -805,15 +805,15 @@ MUTATIONS = {
         "            return None",
         "tests/test_tracking.py::test_an_update_past_the_workspace_capacity_is_held_with_a_message"),
     "shared-copy-across-owners": (
-        "tasks/download.py", "                         maker_uid=model.owner_uid if ws.kubernetes else None)",
+        "tasks/download.py", "                         maker_uid=model.owner_uid if owners else None)",
         "                         maker_uid=None)",
         "tests/test_kube.py::test_a_shared_copy_written_by_one_owners_job_never_reaches_another_owners_model"),
     "copy-shelf-open-to-others": (
-        "weightkeeper/fsops.py", "    if not d.shut_to_others():", "    if False:",
+        "weightkeeper/fsops.py", "    if not d.shut_to_others(maker):", "    if False:",
         "tests/test_kube.py::test_a_shared_copy_is_never_made_below_a_directory_someone_else_can_write"),
     "copy-shelf-mode-unchecked": (
-        "weightkeeper/anchored.py", "        return not st.st_mode & 0o022 and st.st_uid",
-        "        return st.st_uid",
+        "weightkeeper/anchored.py", "        return not st.st_mode & 0o022 and (st.st_uid",
+        "        return (st.st_uid",
         "tests/test_kube.py::test_a_shared_copy_is_never_made_below_a_directory_someone_else_can_write"),
     "artifacts-dir-of-a-uid-unguarded": (
         "weightkeeper/layout.py", 'ARTIFACTS = re.compile(r"_artifacts(\\.[1-9][0-9]{0,9})?")',
@@ -827,6 +827,29 @@ MUTATIONS = {
         "weightkeeper/hub.py", "        if late.is_set():  # cut: the headers read until then, as if they had ended",
         "        if False:",
         "tests/test_hub_answers.py::test_an_answer_whose_headers_drip_is_cut_at_the_deadline"),
+    "cleanup-removes-by-name-after-check": (
+        "weightkeeper/fsops.py",
+        "                d.clear()  # through the directory checked: never the one renamed to its name meanwhile\n"
+        "                if not parent.rmdir_if(name, os.fstat(d.fd)):",
+        "                pass\n            if not parent.remove(name):",
+        "tests/test_attacks.py::test_a_directory_exchanged_for_the_model_after_its_check_is_never_emptied"),
+    "remove-rmdirs-what-took-the-name": (
+        "weightkeeper/anchored.py", "        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):\n            return False",
+        "        if False:\n            return False",
+        "tests/test_attacks.py::test_a_directory_exchanged_for_the_model_after_its_check_is_never_emptied"),
+    "owners-shelf-refused-to-the-service": (
+        "weightkeeper/fsops.py", '    maker = int(artifacts.rpartition(".")[2]) if "." in artifacts else None',
+        "    maker = None", "tests/test_kube.py::test_the_service_repairs_a_copy_an_owners_job_made"),
+    "link-scan-stops-at-an-unreadable-directory": (
+        "weightkeeper/sharing.py", "        except OSError as e:  # a directory this process may not read",
+        "        except ValueError as e:  # a directory this process may not read",
+        "tests/test_sharing.py::test_a_directory_the_service_may_not_read_keeps_the_copy_and_the_pass_goes_on"),
+    "size-of-whatever-stands-there": (
+        "weightkeeper/fsops.py", "                if made == LINK or not made_here(d, made):", "                if False:",
+        "tests/test_attacks.py::test_an_empty_directory_swapped_in_before_the_size_is_measured_is_never_recorded"),
+    "lock-readable-by-all": (
+        "weightkeeper/sharing.py", "    if st.st_mode & 0o077:\n        os.fchmod", "    if False:\n        os.fchmod",
+        "tests/test_sharing.py::test_no_one_else_can_hold_a_shared_copys_lock"),
     "head-connection-reused-unread": (
         "weightkeeper/hub.py", "        response.drain_conn()  # a HEAD's answer", "        pass  # a HEAD's answer",
         "tests/test_hub_answers.py::test_a_file_the_hub_redirects_within_its_own_origin_is_found_on_the_same_connection"),

@@ -342,10 +342,10 @@ def test_a_parent_swapped_just_before_the_size_is_measured_fails_the_model(wk, h
     outside = outside_dir(tmp_path, {"acme--measured/config.json": b"{}"})
     measure = weightkeeper.tasks.download.path_size
 
-    def swap_then_measure(path, volumes):
+    def swap_then_measure(path, volumes, made):
         os.rename(models, models.with_name("models.away"))
         models.symlink_to(outside)
-        return measure(path, volumes)
+        return measure(path, volumes, made)
 
     monkeypatch.setattr(weightkeeper.tasks.download, "path_size", swap_then_measure)
     assert ensure_model("measured") == "Failed"
@@ -357,6 +357,29 @@ def test_a_parent_swapped_just_before_the_size_is_measured_fails_the_model(wk, h
     os.rename(models.with_name("models.away"), models)
     assert ensure_model("measured") == "Ready"
     assert tree(outside) == {"acme--measured": "dir", "acme--measured/config.json": b"{}"}
+
+
+def test_an_empty_directory_swapped_in_before_the_size_is_measured_is_never_recorded(wk, hub, monkeypatch):
+    """The user owns the parent: just before the download's size is recorded they move the model directory away
+    and put an empty one in its place, so that the model would count 0 bytes against the workspace's capacity
+    while its files stay on the volume. Only the directory weightkeeper made is measured: the path fails."""
+    import weightkeeper.tasks.download
+
+    hub.add_repo("acme/weightless", tiny_files("weightless"))
+    wk.declare("weightless", "hf://acme/weightless", workspaces=["team-a"], subpath="alice")
+    path = Path(wk.registry.get_model("weightless").local_paths[0].path)
+    measure = weightkeeper.tasks.download.path_size
+
+    def swap_then_measure(where, volumes, made):
+        os.rename(path, path.with_name("kept-away"))
+        path.mkdir()
+        return measure(where, volumes, made)
+
+    monkeypatch.setattr(weightkeeper.tasks.download, "path_size", swap_then_measure)
+    assert ensure_model("weightless") == "Failed"
+    entry = wk.registry.get_model("weightless").local_paths[0]
+    assert entry.status == "Failed" and entry.size_bytes in (None, 0) and entry.lease is None
+    assert "cannot measure" in entry.message and "not the directory weightkeeper made there" in entry.message
 
 
 def test_a_delete_raced_by_a_swapping_parent_removes_only_the_model(wk, hub, tmp_path):
@@ -595,6 +618,46 @@ def test_a_replaced_model_directory_is_left_to_its_owner_and_the_model_released(
     assert tree(alice / "models") == before
     assert any("is not the directory weightkeeper made there" in w and str(path) in w for w in warnings), warnings
     assert fetched_files(str(alice / "old" / "acme--replaced")) == FETCHED  # moved away: no longer at a model path
+
+
+@pytest.mark.parametrize("victim", ["the user's own", "the user's empty", "another model's"])
+def test_a_directory_exchanged_for_the_model_after_its_check_is_never_emptied(wk, hub, monkeypatch, victim):
+    """The user owns the model's parent. Once cleanup has checked the model directory (it is the one weightkeeper
+    made, with no mount inside), the user exchanges it with another directory of that parent: their own files, or
+    another model's directory there. Cleanup empties the directory it checked, wherever it now is, and never the
+    one exchanged to its name: that is left in place and the model released."""
+    from weightkeeper import anchored
+
+    hub.add_repo("acme/exchanged", tiny_files("exchanged"))
+    wk.declare("exchanged", "hf://acme/exchanged", workspaces=["team-a"], subpath="alice")
+    assert ensure_model("exchanged") == "Ready"
+    alice = wk.volumes["team-a"] / "alice" / "models"
+    path = Path(wk.registry.get_model("exchanged").local_paths[0].path)
+    if victim != "another model's":
+        other = alice / "thesis"
+        other.mkdir()
+        if victim == "the user's own":
+            (other / "thesis.tex").write_bytes(b"years of work")
+    else:
+        hub.add_repo("acme/neighbour", tiny_files("neighbour"))
+        wk.declare("neighbour", "hf://acme/neighbour", workspaces=["team-a"], subpath="alice")
+        assert ensure_model("neighbour") == "Ready"
+        other = Path(wk.registry.get_model("neighbour").local_paths[0].path)
+    before = tree(other)
+    checked = anchored.Dir.mount_inside
+
+    def exchanging(self):  # the attacker acts right after the last check
+        found = checked(self)
+        if self.where == str(path):
+            exchange(path, other)
+        return found
+
+    monkeypatch.setattr(anchored.Dir, "mount_inside", exchanging)
+    with warnings_logged() as warnings:
+        assert delete_model("exchanged") == "Released"
+    assert path.is_dir() and tree(path) == before  # what now stands at the model's path: untouched
+    assert tree(other) == {}  # weightkeeper's own directory, exchanged to the other name: emptied
+    assert any("was replaced while weightkeeper emptied" in w for w in warnings), warnings
 
 
 def test_a_model_directory_replaced_after_it_was_made_fails_the_model_at_the_next_pass(wk, hub):

@@ -5,11 +5,13 @@ submit, and a real worker submits its Job to the fake API of tests/fakekube.py."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -533,21 +535,33 @@ def _kube_workspace(wk, hub, tmp_path) -> Path:
     return volume
 
 
-def test_a_shared_copy_written_by_one_owners_job_never_reaches_another_owners_model(wk, hub, tmp_path):
+@contextlib.contextmanager
+def as_the_job_of(monkeypatch, uid: int | None) -> Iterator[None]:
+    """Stand in for a Kubernetes job's `runAsUser` (no cluster here): this process's uid as weightkeeper reads it
+    to name a shared copy's shelf (None: the process's own, as a run here has)."""
+    with monkeypatch.context() as patched:
+        if uid is not None:
+            patched.setattr(os, "geteuid", lambda: uid)
+        yield
+
+
+def test_a_shared_copy_written_by_one_owners_job_never_reaches_another_owners_model(wk, hub, tmp_path, monkeypatch):
     """A Kubernetes job runs as its model's owner, so the shared copy it makes is that owner's to write. The
     attacker (uid 4242) shares a repository, waits for the copy, and rewrites a shard in it, same size: the quick
     check passes. The victim (uid 4343) declares the same repository: its path links to a copy of its own, with
-    the Hub's bytes. Two models of one owner still share one copy, downloaded once."""
+    the Hub's bytes. Two models of one owner still share one copy, downloaded once. A run in this process (the
+    service's, not the owner's job) links to the service's own copy, which no owner can write."""
     from weightkeeper.flows.paths import download_to_path
 
     volume = _kube_workspace(wk, hub, tmp_path)
     files = tiny_files("owners")
     commit = hub.add_repo("acme/owners", files)
 
-    def ensured(name: str, uid: int, subpath: str) -> str:
+    def ensured(name: str, uid: int, subpath: str, job: bool = True) -> str:
         model = wk.declare(name, "hf://acme/owners", workspaces=["gpu"], download_policy="reuse-if-exists",
                            owner_uid=uid, subpath=subpath)
-        download_to_path(name, model.local_paths[0].id)
+        with as_the_job_of(monkeypatch, uid if job else None):
+            download_to_path(name, model.local_paths[0].id)
         assert wk.registry.get_model(name).local_paths[0].status == "Ready"
         return model.local_paths[0].path
 
@@ -563,10 +577,13 @@ def test_a_shared_copy_written_by_one_owners_job_never_reaches_another_owners_mo
     ensured("victims-too", 4343, "models/w")
     assert Path(victim).resolve() == Path(wk.registry.get_model("victims-too").local_paths[0].path).resolve()
     assert hub.get_count("acme/owners") == 0  # the same owner's second model: the copy it has
+    here = ensured("victims-here", 4343, "models/h", job=False)
+    assert Path(here).resolve() == volume / "models" / "_artifacts" / "acme--owners" / commit
 
 
 @pytest.mark.parametrize("planted", ["shelf-of-another-uid", "shelf-open-to-all", "repo-dir-open-to-all"])
-def test_a_shared_copy_is_never_made_below_a_directory_someone_else_can_write(wk, hub, tmp_path, planted):
+def test_a_shared_copy_is_never_made_below_a_directory_someone_else_can_write(wk, hub, tmp_path, monkeypatch,
+                                                                             planted):
     """The attacker can write in the models root and plants the directory that will hold the victim's shared
     copies (`_artifacts.<uid>`, or the repository's below it) before the victim's first model: owned by the
     attacker, or writable by anyone. Whoever can write there could swap the copy for a link to their own files
@@ -583,8 +600,35 @@ def test_a_shared_copy_is_never_made_below_a_directory_someone_else_can_write(wk
         os.chmod(shelf if planted == "shelf-open-to-all" else shelf / "acme--planted-shelf", 0o777)
     model = wk.declare("victim", "hf://acme/planted-shelf", workspaces=["gpu"], download_policy="reuse-if-exists",
                        owner_uid=4343)
-    with pytest.raises(DownloadError):
+    with as_the_job_of(monkeypatch, 4343), pytest.raises(DownloadError):
         download_to_path("victim", model.local_paths[0].id)
     entry = wk.registry.get_model("victim").local_paths[0]
     assert entry.status == "Failed" and "is not weightkeeper's own or others may write in it" in entry.message
     assert os.listdir(shelf / "acme--planted-shelf") == [] and not os.path.lexists(entry.path)
+
+
+def test_the_service_repairs_a_copy_an_owners_job_made(wk, hub, tmp_path, monkeypatch):
+    """A copy on an owner's shelf is theirs (their job made `_artifacts.<uid>` and what it holds). Reconcile, run
+    by the service, still checks and repairs it: the shelf belongs to the uid it names, not to a stranger."""
+    from weightkeeper.flows.ensure_model import ensure_model
+    from weightkeeper.flows.reconcile import reconcile
+
+    volume = _kube_workspace(wk, hub, tmp_path)
+    files = tiny_files("owned-repair")
+    commit = hub.add_repo("acme/owned-repair", files)
+    wk.rewrite(hf_endpoint=hub.url, verify_interval_seconds=0)
+    with wk.config.open("a") as config:
+        config.write('[workspaces.kubernetes]\nnamespace = "gpu"\nimage = "registry.local/weightkeeper:0.1"\n'
+                     'volume_claim = "models"\n')
+    model = wk.declare("owned", "hf://acme/owned-repair", workspaces=["gpu"], download_policy="reuse-if-exists",
+                       owner_uid=4343)
+    with as_the_job_of(monkeypatch, 4343):
+        assert ensure_model("owned") == "Ready"  # its path's job, here in this process
+    shelf = volume / "models" / "_artifacts.4343"
+    for made in (shelf, *shelf.rglob("*")):  # as the job, running as 4343, made them
+        os.chown(made, 4343, 4343, follow_symlinks=False)
+    shard = shelf / "acme--owned-repair" / commit / "model-00001-of-00002.safetensors"
+    shard.write_bytes(b"\0" * shard.stat().st_size)
+    outcomes = reconcile()
+    assert outcomes[str(shard.parent)] == "repaired", dict(outcomes)
+    assert shard.read_bytes() == files[shard.name] and wk.registry.get_model("owned").phase == "Ready"

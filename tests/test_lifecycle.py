@@ -369,15 +369,15 @@ def test_a_run_started_here_and_every_subflow_send_no_prefect_heartbeat_the_run_
             return len(client.read_events(found, limit=50).events)
 
     hub.add_repo("acme/beat", tiny_files("beat"))
-    wk.declare("quiet", "hf://acme/beat", workspaces=["team-a"])
-    wk.declare("loud", "hf://acme/beat", workspaces=["team-b"])
+    wk.declare("quiet-beat", "hf://acme/beat", workspaces=["team-a"])
+    wk.declare("loud-beat", "hf://acme/beat", workspaces=["team-b"])
     with prefect_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: 30}):  # on, as in a worker's flow-run process
-        assert run_here(ensure_model, "quiet") == "Ready"
-        assert ensure_model("loud") == "Ready"
-    wait_until(lambda: events("ensure-loud", "prefect.flow-run.heartbeat"), what="the other run's heartbeat event")
-    wait_until(lambda: events("ensure-loud", "prefect.flow-run.Completed"), what="its Completed event, after its subflow")
-    assert events("ensure-quiet", "prefect.flow-run.heartbeat") == 0
-    assert events("download-loud-team-b", "prefect.flow-run.heartbeat") == 0  # its parent's process sends one
+        assert run_here(ensure_model, "quiet-beat") == "Ready"
+        assert ensure_model("loud-beat") == "Ready"
+    wait_until(lambda: events("ensure-loud-beat", "prefect.flow-run.heartbeat"), what="the other run's heartbeat event")
+    wait_until(lambda: events("ensure-loud-beat", "prefect.flow-run.Completed"), what="its Completed event, after its subflow")
+    assert events("ensure-quiet-beat", "prefect.flow-run.heartbeat") == 0
+    assert events("download-loud-beat-team-b", "prefect.flow-run.heartbeat") == 0  # its parent's process sends one
 
 
 def test_private_workspace_without_volume_fails_the_model(wk, hub):

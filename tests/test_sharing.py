@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -371,3 +372,51 @@ def test_a_copy_recorded_before_identities_gets_its_own_after_a_full_hash(wk, hu
     assert check_copies.fn([Copy(artifact.path, files, artifact.id, True, True, "legacy")]) == {}
     assert wk.registry.get_artifact(artifact.id).made == made
     assert artifact.path == str(shared_dir(wk, "acme--legacy-copy", commit))
+
+
+def test_no_one_else_can_hold_a_shared_copys_lock(wk, hub):
+    """Reading a lock file is enough to hold its `flock` for ever, stalling every model of that commit. An earlier
+    version left `.locks` and its files readable by all: the next lock makes them the service's alone, and a user
+    (nobody, in a process of its own) can no longer open them."""
+    commit = hub.add_repo("acme/private-lock", tiny_files("private-lock"))
+    locks = wk.volumes["team-a"] / "models" / "_artifacts" / ".locks"
+    lock = locks / f"acme--private-lock--{commit}.lock"
+    locks.mkdir(parents=True)
+    lock.touch()
+    locks.chmod(0o755)
+    lock.chmod(0o644)
+    wk.declare("private-lock", "hf://acme/private-lock", workspaces=["team-a"], download_policy="reuse-if-exists")
+    assert ensure_model("private-lock") == "Ready"
+    assert (stat.S_IMODE(locks.stat().st_mode), stat.S_IMODE(lock.stat().st_mode)) == (0o700, 0o600)
+    holder = subprocess.run([sys.executable, "-c", "import fcntl, os, sys; os.setgid(65534); os.setuid(65534); "
+                             "fcntl.flock(os.open(sys.argv[1], os.O_RDONLY), fcntl.LOCK_EX)", str(lock)],
+                            capture_output=True, text=True)
+    assert holder.returncode != 0 and "PermissionError" in holder.stderr
+
+
+def test_a_directory_the_service_may_not_read_keeps_the_copy_and_the_pass_goes_on(wk, hub, monkeypatch):
+    """A user makes a directory under the models root that a service not running as root may not enter (mode 0700;
+    this root process is refused it as such a service would be). It could hold a link into an unused copy, so the
+    copy is kept, saying why; the release and the reconcile pass go on. Once it can be read, the copy goes."""
+    from weightkeeper import anchored
+
+    commit = hub.add_repo("acme/unreadable", tiny_files("unreadable"))
+    wk.declare("unreadable", "hf://acme/unreadable", workspaces=["team-a"], download_policy="reuse-if-exists")
+    assert ensure_model("unreadable") == "Ready"
+    locked = wk.volumes["team-a"] / "models" / "bob"
+    locked.mkdir(mode=0o700)
+    descend = anchored.Dir.descend
+
+    def as_a_service(self, relative, *args, **kw):
+        if self.path(relative) == str(locked):
+            raise PermissionError(13, "Permission denied", str(locked))
+        return descend(self, relative, *args, **kw)
+
+    with monkeypatch.context() as refused:
+        refused.setattr(anchored.Dir, "descend", as_a_service)
+        assert delete_model("unreadable") == "Released"
+        (artifact,) = wk.registry.list_artifacts()
+        assert f"cannot look for links into {artifact.path} in {locked}: Permission denied" in artifact.message
+        outcomes = reconcile()
+        assert outcomes[artifact.path] == "busy" and shared_dir(wk, "acme--unreadable", commit).is_dir()
+    assert reconcile()[artifact.path] == "collected" and not shared_dir(wk, "acme--unreadable", commit).exists()

@@ -184,11 +184,11 @@ class Dir:
         except FileNotFoundError:
             return None
 
-    def shut_to_others(self) -> bool:
-        """This process owns this directory (as a file it makes here is owned: see `make_dir`), and neither its
-        group nor others may write in it: no one else can rename, replace or add what it holds."""
+    def shut_to_others(self, owner: int | None = None) -> bool:
+        """This directory is this process's (owned as a file it makes here is: see `make_dir`) or `owner`'s, and
+        neither its group nor others may write in it: no one else can rename, replace or add what it holds."""
         st = os.fstat(self.fd)
-        return not st.st_mode & 0o022 and st.st_uid == _owner_of_a_file_made_in(self.fd)
+        return not st.st_mode & 0o022 and (st.st_uid == owner or st.st_uid == _owner_of_a_file_made_in(self.fd))
 
     def identity(self) -> str:
         """`dev:inode` of this directory: which directory it is, whatever its path."""
@@ -355,10 +355,25 @@ class Dir:
             if os.fstat(child.fd).st_dev != os.fstat(self.fd).st_dev:
                 raise CleanupError(f"{child.where} is a mount point; nothing below it was removed: unmount it")
             child.clear()
+            self.rmdir_if(name, os.fstat(child.fd))
+        return True
+
+    def rmdir_if(self, name: str, st: os.stat_result) -> bool:
+        """Remove the empty directory `name` if it is still the one `st` describes: True when it went (or
+        nothing stands there), False when another entry took its name (left alone)."""
+        now = self.lstat(name)
+        if now is None:
+            return True
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return False
         try:
-            self.rmdir(name)
+            self.rmdir(name)  # only ever an empty one, whatever was renamed there since
         except FileNotFoundError:
             pass
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            return False
         return True
 
     def clear(self) -> None:

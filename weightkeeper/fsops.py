@@ -32,14 +32,19 @@ def directory_size(d: Dir) -> int:
     return d.size(skip=(CACHE_DIR,))
 
 
-def path_size(path: str, volumes: Sequence[VolumeRule]) -> int:
-    """The size of what stands at a model path: its directory, or the shared copy its link names."""
+def path_size(path: str, volumes: Sequence[VolumeRule], made: str | None) -> int:
+    """The size of what weightkeeper made at a model path (`made`, as recorded): its directory, or the shared copy
+    its link names. `NotOursError` when something else stands there (a directory swapped in would be measured)."""
     parent, name = open_parent(path, volumes)
     with parent:
         target = parent.readlink(name)
         if target is None:
             with parent.descend(name) as d:
+                if made == LINK or not made_here(d, made):
+                    raise NotOursError(f"{path} is not the directory weightkeeper made there (it was replaced)")
                 return directory_size(d)
+    if made not in (LINK, LEGACY):
+        raise NotOursError(f"{path} is a link where weightkeeper made a directory (it was replaced)")
     artifact = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
     with open_path(artifact, volumes, artifact=True) as d:
         return directory_size(d)
@@ -99,17 +104,20 @@ def own_copy(path: str, volumes: Iterable[VolumeRule], made: str | None) -> tupl
     """The shared copy at `path` to fill or repair, as `own_directory` gives a model's: the directory weightkeeper
     made (`made`, recorded), else one made now; never one someone else put there. (its Dir, what to record).
 
-    The two directories above it (`_artifacts[.<uid>]/<repo dir>`) must be this process's and shut to others
-    (`Dir.shut_to_others`): whoever could write there could swap the copy for a link to files of theirs."""
+    The two directories above it (`_artifacts[.<uid>]/<repo dir>`) must be this process's, or the uid's its shelf
+    names, and shut to others (`Dir.shut_to_others`): whoever else could write there could swap the copy for a
+    link to files of theirs."""
     volume = check_removable(path, volumes, artifact=True)
     models, artifacts, repo, name = volume_of(path, [volume])[1].split("/")
+    maker = int(artifacts.rpartition(".")[2]) if "." in artifacts else None
     with Dir.root(volume.root) as root, root.descend(models, create=True) as top:
-        with _shut(top.descend(artifacts, create=True)) as shelf, _shut(shelf.descend(repo, create=True)) as parent:
+        with _shut(top.descend(artifacts, create=True), maker) as shelf, \
+                _shut(shelf.descend(repo, create=True), maker) as parent:
             return own_directory(parent, name, path, made, COPY_REMEDY)
 
 
-def _shut(d: Dir) -> Dir:
-    if not d.shut_to_others():
+def _shut(d: Dir, maker: int | None) -> Dir:
+    if not d.shut_to_others(maker):
         st = os.fstat(d.fd)
         d.close()
         raise DownloadError(f"{d} (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}) is not weightkeeper's "
@@ -209,6 +217,10 @@ def remove_model_path(path: str, volumes: Sequence[VolumeRule], made: str | None
                                        "never made); left in place")
                 if mount := d.mount_inside():  # removing would empty the mounted filesystem, then fail with EBUSY
                     raise CleanupError(f"{mount} is a mount point inside {path}; nothing was removed: unmount it")
-            return parent.remove(name)
+                d.clear()  # through the directory checked: never the one renamed to its name meanwhile
+                if not parent.rmdir_if(name, os.fstat(d.fd)):
+                    raise NotOursError(f"{path} was replaced while weightkeeper emptied the directory it made there; "
+                                       "what stands there now is left in place")
+            return True
         except OSError as e:
             raise CleanupError(f"cannot remove {e.filename or path}: {e.strerror or e}") from None

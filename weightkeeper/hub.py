@@ -237,7 +237,8 @@ def route(location: str, endpoint: str, allowed: Collection[str]) -> Route:
     return Route(location, addresses=usable)
 
 
-def _get(to: Route, headers: dict[str, str], timeout: urllib3.Timeout, method: str = "GET") -> urllib3.BaseHTTPResponse:
+def _get(to: Route, headers: dict[str, str], timeout: urllib3.Timeout,
+         method: str = "GET") -> urllib3.BaseHTTPResponse:
     """A GET (or `method`) of `to.url` (no redirect followed), its headers in time (`_HeadersInTime`). When its host
     was checked by its addresses, at those addresses only, the next one tried when one cannot be connected to (as
     urllib3 tries a name's), with the host's name for TLS and `Host`; unless a proxy resolves the name."""

@@ -213,13 +213,14 @@ def is_artifacts_dir(segment: str) -> bool:
     return bool(ARTIFACTS.fullmatch(segment))
 
 
-def artifact_path(volume: str, repo_id: str, copy: str, models_dir: str = "models", maker_uid: int | None = None) -> str:
+def artifact_path(volume: str, repo_id: str, copy: str, models_dir: str = "models",
+                  maker_uid: int | None = None) -> str:
     """Where the one shared copy of a snapshot (`copy`: its `copy_name`) lives on a volume.
 
     `maker_uid`: the uid that writes it, when that is the model's owner rather than the service (the jobs of a
     Kubernetes workspace run as their model's owner). Such a copy is its owner's to write, so it is shared only
     among that owner's models, in `_artifacts.<uid>`: no model ever reads a copy another user can write."""
-    if maker_uid is not None and maker_uid <= 0:
+    if maker_uid is not None and not 0 < maker_uid < 2**32 - 1:
         raise InvalidInputError(f"a shared copy of {repo_id!r} cannot be made by uid {maker_uid}")
     artifacts = ARTIFACTS_DIR if maker_uid is None else f"{ARTIFACTS_DIR}.{maker_uid}"
     return posixpath.join(models_root(volume, models_dir), artifacts, repo_dir_name(repo_id), copy)

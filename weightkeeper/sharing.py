@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 from weightkeeper.anchored import Dir, open_under, volume_of
 from weightkeeper.download import PARTIAL_DIR, READY_MARKER
-from weightkeeper.errors import UnsafePathError
+from weightkeeper.errors import CleanupError, UnsafePathError
 from weightkeeper.guard import VolumeRule
 from weightkeeper.layout import is_artifacts_dir
 
@@ -45,17 +45,27 @@ def unmark_ready(copy: Dir) -> None:
         pass
 
 
+def _private(fd: int) -> None:
+    """No one else may open it: whoever can read a lock file can hold its `flock` forever (made so by an earlier
+    version, its group and other bits are cleared)."""
+    st = os.fstat(fd)
+    if st.st_mode & 0o077:
+        os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o700)
+
+
 @contextmanager
 def file_lock(artifact: str, volumes: Iterable[VolumeRule], on_wait: Callable[[], None],
               poll: float = 1.0) -> Iterator[None]:
     """An exclusive `flock` on `<models root>/_artifacts[.<uid>]/.locks/<repo dir>--<commit>.lock`, for processes on
     hosts that share the volume. The kernel drops it when its holder dies; `on_wait` runs while another
-    holder has it (and may raise to give up)."""
+    holder has it (and may raise to give up). Only its maker may open `.locks` and the lock (`_private`)."""
     volume, relative = volume_of(artifact, volumes)
     artifacts, repo_dir, commit = relative.rsplit("/", 2)
-    with open_under(volume.root, f"{artifacts}/{LOCKS_DIR}", create=True) as locks:
-        fd = locks.open_regular(f"{repo_dir}--{commit}.lock", os.O_RDWR | os.O_CREAT)
+    with open_under(volume.root, artifacts, create=True) as shelf, shelf.descend(LOCKS_DIR, True, 0o700) as locks:
+        _private(locks.fd)
+        fd = locks.open_regular(f"{repo_dir}--{commit}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
+        _private(fd)
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -69,19 +79,23 @@ def file_lock(artifact: str, volumes: Iterable[VolumeRule], on_wait: Callable[[]
 
 
 def links_into(artifact: str, volumes: Iterable[VolumeRule]) -> list[str]:
-    """Every symlink under the copy's models root (outside the `_artifacts` directories) whose target, read from where it
+    """Every symlink under the copy's models root (outside the `_artifacts` shelves) whose target, read from where it
     stands without following any other link, is inside `artifact`."""
     volume, relative = volume_of(artifact, volumes)
     found = []
     with open_under(volume.root, relative.rsplit("/", 3)[0]) as models_root:
-        for current, names in models_root.walk(skip=filter(is_artifacts_dir, models_root.entries())):
-            for name in names:
-                if name.startswith(".") and name.endswith(".link"):  # a link `Dir.symlink` had not put in place yet
-                    continue
-                target = current.readlink(name)
-                resolved = target and posixpath.normpath(posixpath.join(current.where, target))
-                if resolved and (resolved == artifact or resolved.startswith(artifact + "/")):
-                    found.append(current.path(name))
+        try:
+            for current, names in models_root.walk(skip=filter(is_artifacts_dir, models_root.entries())):
+                for name in names:
+                    if name.startswith(".") and name.endswith(".link"):  # one `Dir.symlink` had not put in place yet
+                        continue
+                    target = current.readlink(name)
+                    resolved = target and posixpath.normpath(posixpath.join(current.where, target))
+                    if resolved and (resolved == artifact or resolved.startswith(artifact + "/")):
+                        found.append(current.path(name))
+        except OSError as e:  # a directory this process may not read (a user's, mode 0700) may hold a link
+            raise CleanupError(f"cannot look for links into {artifact} in {e.filename or models_root}: "
+                               f"{e.strerror or e}; the copy is kept") from None
     return found
 
 
