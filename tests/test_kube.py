@@ -620,8 +620,8 @@ def test_the_service_repairs_a_copy_an_owners_job_made(wk, hub, tmp_path, monkey
     with wk.config.open("a") as config:
         config.write('[workspaces.kubernetes]\nnamespace = "gpu"\nimage = "registry.local/weightkeeper:0.1"\n'
                      'volume_claim = "models"\n')
-    model = wk.declare("owned", "hf://acme/owned-repair", workspaces=["gpu"], download_policy="reuse-if-exists",
-                       owner_uid=4343)
+    wk.declare("owned", "hf://acme/owned-repair", workspaces=["gpu"], download_policy="reuse-if-exists",
+               owner_uid=4343)
     with as_the_job_of(monkeypatch, 4343):
         assert ensure_model("owned") == "Ready"  # its path's job, here in this process
     shelf = volume / "models" / "_artifacts.4343"
