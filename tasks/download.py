@@ -264,12 +264,13 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
         with renewed(registry, Kind.ARTIFACT, artifact.id, copy_holder, settings.lease_seconds) as reporter.also:
             with file_lock(path, volumes, on_wait=lambda: reporter.beat(
                     message=f"Waiting for the lock on the shared copy {path}", force=True)):
-                recorded = registry.get_artifact(artifact.id).made  # read under the lease: no one else sets it
-                copy, made = own_copy(path, volumes, recorded)  # never a directory someone else put there
+                recorded = registry.get_artifact(artifact.id)  # read under the lease: no one else sets it
+                copy, made = own_copy(path, volumes, recorded.made)  # never a directory someone else put there
                 with copy:
-                    if made != recorded and not registry.set_artifact_made(artifact.id, copy_holder, made):
+                    if made != recorded.made and not registry.set_artifact_made(artifact.id, copy_holder, made):
                         raise DownloadCancelled(f"another run took over the shared copy {path}")
-                    ready = served = is_ready(copy, snapshot.commit)
+                    # its marker counts while the registry says Ready: a copy whose repair failed is hashed first
+                    ready = served = recorded.state == A_READY and is_ready(copy, snapshot.commit)
                     if not registry.fetched_with(artifact.id, model.token_block, model.name):  # files in place
                         check_access(settings, registry, model.source, model.token_block, snapshot)  # are given
                     if not ready:

@@ -17,7 +17,7 @@ from weightkeeper.config import Settings
 from weightkeeper.download import RemoteFile, Snapshot, in_place
 from weightkeeper.anchored import Dir, PathOpener, open_parent, open_path
 from weightkeeper.errors import DownloadCancelled, DownloadError, UnsafePathError
-from weightkeeper.fsops import LEGACY, directory_size, made_here, own_copy, own_directory, path_size
+from weightkeeper.fsops import LEGACY, directory_size, made_here, own_copy, own_directory, path_size, shelf_problem
 from weightkeeper.layout import copy_name
 from weightkeeper.lease import Held, renewed
 from weightkeeper.registry import Holder, Model, Registry
@@ -50,6 +50,13 @@ def _replaced(d: Dir, path: str, made: str | None) -> list[Problem]:
     return [Problem(path, "replaced: not the directory weightkeeper made there (left in place)")]
 
 
+def _unshut(path: str, settings: Settings) -> list[Problem]:
+    """A shared copy whose directories someone else may write (`fsops.shelf_problem`): one problem (checked with
+    each full hash; its repair refuses such a shelf and fails the copy's models, naming it)."""
+    problem = shelf_problem(path, settings.volume_rules)
+    return [Problem(path, problem)] if problem else []
+
+
 @task(name="check-copies", cache_policy=NO_CACHE)  # pass the list quote()d: Prefect then leaves it unwalked
 def check_copies(copies: list[Copy]) -> dict[str, str]:
     """A pass's bulk check, in one task: each copy opened from its volume root as `open_path` opens it (a parent
@@ -66,6 +73,7 @@ def check_copies(copies: list[Copy]) -> dict[str, str]:
             try:
                 with opener.open(copy.path, copy.artifact) as d:
                     problems = _replaced(d, copy.path, copy.made) or (
+                        copy.artifact and copy.deep and _unshut(copy.path, settings)) or (
                         verify_copy(d, copy.files, deep=True, pool=pool) if copy.deep else check_sizes(d, copy.files))
                     if copy.artifact and copy.deep and copy.made == LEGACY and not problems:
                         found[copy.id] = d.identity()
@@ -133,7 +141,8 @@ def verify_shared_copy(artifact_id: int) -> str:
     files = tuple(RemoteFile.from_json(f) for f in artifact.files)
     deep = hash_due(artifact.verified_at, settings.verify_interval_seconds, utcnow()) or artifact.state != A_READY
     with _opened(artifact.path, settings, artifact=True) as copy:
-        problems = (copy is not None and _replaced(copy, artifact.path, artifact.made)) or \
+        problems = (copy is not None and (_replaced(copy, artifact.path, artifact.made)
+                                          or deep and _unshut(artifact.path, settings))) or \
             _check(copy, files, deep, settings)
     if not problems and artifact.state == A_READY:
         if deep:

@@ -421,8 +421,8 @@ MUTATIONS = {
         "live, waiting = LeaseRow.expires_at.is_not(None), {}",
         "tests/test_metrics.py::test_slot_waiters_are_counted_from_live_leases_so_a_crash_does_not_leak"),
     "metrics-served-when-downloaded": (
-        "tasks/download.py", "ready = served = is_ready(copy, snapshot.commit)",
-        "served = True; ready = is_ready(copy, snapshot.commit)",
+        "tasks/download.py", "ready = served = recorded.state == A_READY and is_ready(copy, snapshot.commit)",
+        "served = True; ready = recorded.state == A_READY and is_ready(copy, snapshot.commit)",
         "tests/test_metrics.py::test_a_path_linked_to_a_shared_copy_counts_as_served_not_downloaded"),
     "metrics-failed-fetch-timed": (
         "tasks/download.py", "        if error is None:\n            self.registry.record(DOWNLOAD_SECONDS",
@@ -589,9 +589,9 @@ MUTATIONS = {
         "    if False and all(",
         "tests/test_reuse.py::test_a_repair_takes_a_lost_file_from_another_copy_before_fetching"),
     "switch-before-verified": (
-        "tasks/download.py", "                recorded = registry.get_artifact(artifact.id).made",
+        "tasks/download.py", "                recorded = registry.get_artifact(artifact.id)  # read",
         "                if switch:\n                    parent.symlink(link_target(entry.path, path), name)\n"
-        "                recorded = registry.get_artifact(artifact.id).made",
+        "                recorded = registry.get_artifact(artifact.id)  # read",
         "tests/test_tracking.py::test_a_tracked_model_switches_to_the_new_commit_atomically_reusing_what_did_not_change"),
     "switched-copy-no-grace": (
         "weightkeeper/registry/updates.py", "                copy.released_at = now\n", "                pass\n",
@@ -838,8 +838,8 @@ MUTATIONS = {
         "        if False:\n            return False",
         "tests/test_attacks.py::test_a_directory_exchanged_for_the_model_after_its_check_is_never_emptied"),
     "owners-shelf-refused-to-the-service": (
-        "weightkeeper/fsops.py", '    maker = int(artifacts.rpartition(".")[2]) if "." in artifacts else None',
-        "    maker = None", "tests/test_kube.py::test_the_service_repairs_a_copy_an_owners_job_made"),
+        "weightkeeper/fsops.py", '    return int(artifacts.rpartition(".")[2]) if "." in artifacts else None',
+        "    return None", "tests/test_kube.py::test_the_service_repairs_a_copy_an_owners_job_made"),
     "link-scan-stops-at-an-unreadable-directory": (
         "weightkeeper/sharing.py", "        except OSError as e:  # a directory this process may not read",
         "        except ValueError as e:  # a directory this process may not read",
@@ -847,6 +847,14 @@ MUTATIONS = {
     "size-of-whatever-stands-there": (
         "weightkeeper/fsops.py", "                if made == LINK or not made_here(d, made):", "                if False:",
         "tests/test_attacks.py::test_an_empty_directory_swapped_in_before_the_size_is_measured_is_never_recorded"),
+    "shelf-unchecked-at-the-full-hash": (
+        "weightkeeper/fsops.py",
+        "            _shut(shelf, _maker(artifacts), close=False)\n            _shut(parent, _maker(artifacts), close=False)",
+        "            pass",
+        "tests/test_sharing.py::test_a_copy_whose_directories_others_may_write_is_failed_and_hashed_before_it_is_used_again"),
+    "marker-trusted-after-a-failed-repair": (
+        "tasks/download.py", "ready = served = recorded.state == A_READY and is_ready(", "ready = served = is_ready(",
+        "tests/test_sharing.py::test_a_copy_whose_directories_others_may_write_is_failed_and_hashed_before_it_is_used_again"),
     "lock-readable-by-all": (
         "weightkeeper/sharing.py", "    if st.st_mode & 0o077:\n        os.fchmod", "    if False:\n        os.fchmod",
         "tests/test_sharing.py::test_no_one_else_can_hold_a_shared_copys_lock"),

@@ -420,3 +420,27 @@ def test_a_directory_the_service_may_not_read_keeps_the_copy_and_the_pass_goes_o
         outcomes = reconcile()
         assert outcomes[artifact.path] == "busy" and shared_dir(wk, "acme--unreadable", commit).is_dir()
     assert reconcile()[artifact.path] == "collected" and not shared_dir(wk, "acme--unreadable", commit).exists()
+
+
+def test_a_copy_whose_directories_others_may_write_is_failed_and_hashed_before_it_is_used_again(wk, hub):
+    """An earlier version let the first Kubernetes job make a copy's directories, so its owner could write them.
+    Here the repository's directory above a Ready copy is opened to all: the next full hash fails the copy and its
+    models, naming the directory, though every byte is still right. The attacker then rewrites a shard (same size:
+    the quick check passes). Once the directory is closed again, ensuring the model hashes the copy before it
+    trusts its marker: the shard is fetched."""
+    files = tiny_files("open-shelf")
+    commit = hub.add_repo("acme/open-shelf", files)
+    wk.rewrite(hf_endpoint=hub.url, verify_interval_seconds=0)
+    wk.declare("open-shelf", "hf://acme/open-shelf", workspaces=["team-a"], download_policy="reuse-if-exists")
+    assert ensure_model("open-shelf") == "Ready"
+    copy = shared_dir(wk, "acme--open-shelf", commit)
+    copy.parent.chmod(0o777)
+    assert reconcile()[str(copy)] == "failed"
+    model = wk.registry.get_model("open-shelf")
+    assert model.phase == "Failed" and f"{copy.parent} (owner uid 0, mode 777)" in model.message
+    assert "others may write in it" in model.message
+    (copy / SHARD).write_bytes(b"\0" * len(files[SHARD]))
+    copy.parent.chmod(0o755)
+    hub.reset_stats()
+    assert ensure_model("open-shelf") == "Ready"
+    assert (copy / SHARD).read_bytes() == files[SHARD] and hub.get_count("acme/open-shelf", SHARD) == 1

@@ -109,17 +109,37 @@ def own_copy(path: str, volumes: Iterable[VolumeRule], made: str | None) -> tupl
     link to files of theirs."""
     volume = check_removable(path, volumes, artifact=True)
     models, artifacts, repo, name = volume_of(path, [volume])[1].split("/")
-    maker = int(artifacts.rpartition(".")[2]) if "." in artifacts else None
+    maker = _maker(artifacts)
     with Dir.root(volume.root) as root, root.descend(models, create=True) as top:
         with _shut(top.descend(artifacts, create=True), maker) as shelf, \
                 _shut(shelf.descend(repo, create=True), maker) as parent:
             return own_directory(parent, name, path, made, COPY_REMEDY)
 
 
-def _shut(d: Dir, maker: int | None) -> Dir:
+def shelf_problem(path: str, volumes: Iterable[VolumeRule]) -> str | None:
+    """Why someone else could swap the shared copy at `path` for a link to files of theirs (a directory above it
+    that `own_copy` would refuse: an earlier version let the first Kubernetes job make them), or None."""
+    volume = check_removable(path, volumes, artifact=True)
+    models, artifacts, repo, _ = volume_of(path, [volume])[1].split("/")
+    with Dir.root(volume.root) as root, root.descend(f"{models}/{artifacts}") as shelf, shelf.descend(repo) as parent:
+        try:
+            _shut(shelf, _maker(artifacts), close=False)
+            _shut(parent, _maker(artifacts), close=False)
+        except DownloadError as e:
+            return str(e)
+    return None
+
+
+def _maker(artifacts: str) -> int | None:
+    """The uid a shelf `_artifacts.<uid>` names (None: the service's `_artifacts`)."""
+    return int(artifacts.rpartition(".")[2]) if "." in artifacts else None
+
+
+def _shut(d: Dir, maker: int | None, close: bool = True) -> Dir:
     if not d.shut_to_others(maker):
         st = os.fstat(d.fd)
-        d.close()
+        if close:
+            d.close()
         raise DownloadError(f"{d} (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}) is not weightkeeper's "
                             "own or others may write in it, so it cannot hold a shared copy: move it away and "
                             "ensure the model again", permanent=True)
