@@ -127,6 +127,8 @@ def shelf_problem(path: str, volumes: Iterable[VolumeRule]) -> str | None:
             _shut(parent, _maker(artifacts), close=False)
         except DownloadError as e:
             return str(e)
+        except OSError:  # no file can be made there to tell (a read-only mount): a repair, which writes, checks
+            return None
     return None
 
 
