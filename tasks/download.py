@@ -235,9 +235,9 @@ def shared_copy_path(ws: Workspace, model: Model, snapshot: Snapshot) -> str:
 
 
 def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry: LocalPath, holder: Holder,
-                     parent: Dir, name: str, snapshot: Snapshot, reporter: Reporter, switch: bool = False) -> None:
-    """Link the entry's path (`name` in `parent`) to the verified shared copy of the snapshot on its volume,
-    downloading the copy first if needed. Everything happens under the copy's lease (registry) and file
+                     parent: Dir, name: str, snapshot: Snapshot, reporter: Reporter, switch: bool = False) -> str:
+    """Link the entry's path (`name` in `parent`) to the verified shared copy of the snapshot on its volume (the
+    copy's path is returned), downloading the copy first if needed. Everything happens under the copy's lease (registry) and file
     lock (volume), so exactly one run downloads it and garbage collection never races a new link.
 
     `switch`: the path is a link to another commit's copy, which it keeps until the new copy is verified; then
@@ -296,6 +296,7 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
         state = A_READY if ready else A_PENDING
         registry.set_artifact(artifact.id, copy_holder, state, message if state == A_PENDING else "verified",
                               release=True)
+    return path
 
 
 def _check_filled(copy: Dir, files: tuple[RemoteFile, ...], found: set[str], workers: int) -> list:
@@ -381,9 +382,9 @@ def download_snapshot(name: str, path_id: int, snapshot: Snapshot):
             parent, leaf = open_parent(entry.path, settings.volume_rules, create=True)
             with parent:
                 if sharing and _links_or_free(parent, leaf, entry.made):
-                    link_shared_copy(settings, registry, model, entry, holder, parent, leaf, snapshot, reporter)
-                    logger.info("%s: %s links to the shared copy %s", name, target,
-                                shared_copy_path(ws, model, snapshot))
+                    shared = link_shared_copy(settings, registry, model, entry, holder, parent, leaf, snapshot,
+                                              reporter)
+                    logger.info("%s: %s links to the shared copy %s", name, target, shared)
                     return target
                 own, made = own_directory(parent, leaf, entry.path, entry.made)
                 with own:

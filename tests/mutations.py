@@ -838,8 +838,8 @@ MUTATIONS = {
         "        if False:\n            return False",
         "tests/test_attacks.py::test_a_directory_exchanged_for_the_model_after_its_check_is_never_emptied"),
     "owners-shelf-refused-to-the-service": (
-        "weightkeeper/fsops.py", '    return int(artifacts.rpartition(".")[2]) if "." in artifacts else None',
-        "    return None", "tests/test_kube.py::test_the_service_repairs_a_copy_an_owners_job_made"),
+        "weightkeeper/fsops.py", '    maker = int(artifacts.rpartition(".")[2]) if "." in artifacts else None',
+        "    maker = None", "tests/test_kube.py::test_the_service_repairs_a_copy_an_owners_job_made"),
     "link-scan-stops-at-an-unreadable-directory": (
         "weightkeeper/sharing.py", "        except OSError as e:  # a directory this process may not read",
         "        except ValueError as e:  # a directory this process may not read",
@@ -849,8 +849,7 @@ MUTATIONS = {
         "tests/test_attacks.py::test_an_empty_directory_swapped_in_before_the_size_is_measured_is_never_recorded"),
     "shelf-unchecked-at-the-full-hash": (
         "weightkeeper/fsops.py",
-        "            _shut(shelf, _maker(artifacts), close=False)\n            _shut(parent, _maker(artifacts), close=False)",
-        "            pass",
+        "    try:\n        with _shelf(path, volumes):\n            return None", "    try:\n        return None",
         "tests/test_sharing.py::test_a_copy_whose_directories_others_may_write_is_failed_and_hashed_before_it_is_used_again"),
     "marker-trusted-after-a-failed-repair": (
         "tasks/download.py", "ready = served = recorded.state == A_READY and is_ready(", "ready = served = is_ready(",

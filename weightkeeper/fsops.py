@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 from weightkeeper.anchored import Dir, open_parent, open_path, volume_of
 from weightkeeper.download import CACHE_DIR, PARTIAL_DIR
@@ -107,45 +108,38 @@ def own_copy(path: str, volumes: Iterable[VolumeRule], made: str | None) -> tupl
     The two directories above it (`_artifacts[.<uid>]/<repo dir>`) must be this process's, or the uid's its shelf
     names, and shut to others (`Dir.shut_to_others`): whoever else could write there could swap the copy for a
     link to files of theirs."""
-    volume = check_removable(path, volumes, artifact=True)
-    models, artifacts, repo, name = volume_of(path, [volume])[1].split("/")
-    maker = _maker(artifacts)
-    with Dir.root(volume.root) as root, root.descend(models, create=True) as top:
-        with _shut(top.descend(artifacts, create=True), maker) as shelf, \
-                _shut(shelf.descend(repo, create=True), maker) as parent:
-            return own_directory(parent, name, path, made, COPY_REMEDY)
+    with _shelf(path, volumes, create=True) as (parent, name):
+        return own_directory(parent, name, path, made, COPY_REMEDY)
 
 
 def shelf_problem(path: str, volumes: Iterable[VolumeRule]) -> str | None:
     """Why someone else could swap the shared copy at `path` for a link to files of theirs (a directory above it
     that `own_copy` would refuse: an earlier version let the first Kubernetes job make them), or None."""
-    volume = check_removable(path, volumes, artifact=True)
-    models, artifacts, repo, _ = volume_of(path, [volume])[1].split("/")
-    with Dir.root(volume.root) as root, root.descend(f"{models}/{artifacts}") as shelf, shelf.descend(repo) as parent:
-        try:
-            _shut(shelf, _maker(artifacts), close=False)
-            _shut(parent, _maker(artifacts), close=False)
-        except DownloadError as e:
-            return str(e)
-        except OSError:  # no file can be made there to tell (a read-only mount): a repair, which writes, checks
+    try:
+        with _shelf(path, volumes):
             return None
-    return None
+    except DownloadError as e:
+        return str(e)
+    except OSError:  # no file can be made there to tell (a read-only mount): a repair, which writes, checks
+        return None
 
 
-def _maker(artifacts: str) -> int | None:
-    """The uid a shelf `_artifacts.<uid>` names (None: the service's `_artifacts`)."""
-    return int(artifacts.rpartition(".")[2]) if "." in artifacts else None
-
-
-def _shut(d: Dir, maker: int | None, close: bool = True) -> Dir:
-    if not d.shut_to_others(maker):
-        st = os.fstat(d.fd)
-        if close:
-            d.close()
-        raise DownloadError(f"{d} (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}) is not weightkeeper's "
-                            "own or others may write in it, so it cannot hold a shared copy: move it away and "
-                            "ensure the model again", permanent=True)
-    return d
+@contextmanager
+def _shelf(path: str, volumes: Iterable[VolumeRule], create: bool = False) -> Iterator[tuple[Dir, str]]:
+    """(the directory holding the shared copy at `path`, its name), walked from the volume root after the guard; the
+    shelf (`_artifacts[.<uid>]`) and that directory each checked to be shut to all but its maker (`Dir.shut_to_others`)."""
+    volume = check_removable(path, volumes, artifact=True)
+    models, artifacts, repo, name = volume_of(path, [volume])[1].split("/")
+    maker = int(artifacts.rpartition(".")[2]) if "." in artifacts else None  # `_artifacts.<uid>` names its uid
+    with Dir.root(volume.root) as root, root.descend(models, create=create) as top, \
+            top.descend(artifacts, create=create) as shelf, shelf.descend(repo, create=create) as parent:
+        for d in (shelf, parent):
+            if not d.shut_to_others(maker):
+                st = os.fstat(d.fd)
+                raise DownloadError(f"{d} (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}) is not "
+                                    "weightkeeper's own or others may write in it, so it cannot hold a shared copy: "
+                                    "move it away and ensure the model again", permanent=True)
+        yield parent, name
 
 
 def open_copy(path: str, volumes: Iterable[VolumeRule], made: str | None) -> Dir:

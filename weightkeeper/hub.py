@@ -104,19 +104,22 @@ class _HeadersInTime:
             response = super().getresponse()
         except Exception:
             if late.is_set():
-                raise HeadersTooSlow(f"the answer's headers took over {HEADERS_SECONDS:.0f} s") from None
+                raise HeadersTooSlow() from None
             raise
         finally:
             timer.cancel()
             timer.join()  # a cut under way has ended: `late` says whether there was one
         if late.is_set():  # cut: the headers read until then, as if they had ended
             response.close()
-            raise HeadersTooSlow(f"the answer's headers took over {HEADERS_SECONDS:.0f} s")
+            raise HeadersTooSlow()
         return response
 
 
 class HeadersTooSlow(http.client.HTTPException):
     """An answer's headers were not all in by HEADERS_SECONDS (urllib3 gives it as a read error, not retried)."""
+
+    def __init__(self):
+        super().__init__(f"the answer's headers took over {HEADERS_SECONDS:.0f} s")
 
 
 class _HTTPConnection(_HeadersInTime, urllib3.connection.HTTPConnection):
