@@ -55,18 +55,34 @@ def ensure_model(name: str) -> str:
 def follow(name: str) -> str:
     """A Ready model's next commit: ask the head; when it moved, each path downloads it beside the current commit
     and switches to it (a download-to-path run each, here or in its pool); the model records it once all did.
-    The model stays Ready on its commit throughout, and when a download fails."""
+    The model stays Ready on its commit throughout, and when a download fails. Paths an unfinished switch left
+    on another commit go back to the model's when there is nothing to switch to (`head_checked`): at the next
+    check, or at once for a model that is not tracked (no next check comes)."""
     settings, registry = current()
     ensure_download_limit(settings)
     moved = check_head(name, return_state=True)
-    if not moved.is_completed():
+    if moved.is_completed():
+        switching = moved.result()
+    else:
         model = registry.get_model(name)
-        registry.head_checked(name, None, [], held=f"cannot check the head of {model.source}: {moved.message}; "
-                                                  f"it stays on {model.commit}")
-    elif moved.result():
-        paths = [p for p in registry.get_model(name).local_paths if not p.retired]
-        download_paths(name, paths, here=not deployed())
-        finish_switch(name)
+        switching = registry.head_checked(name, None, [], held=f"cannot check the head of {model.source}: "
+                                                               f"{moved.message}; it stays on {model.commit}")
+    if switching:
+        _switch(name)
+        model = registry.get_model(name)
+        # not tracked, no next check comes: a revision that some paths did not reach is dropped, and those that
+        # did switch back at once (`head_checked` with the failure as what holds it)
+        if not model.track and model.pending_commit not in (None, model.commit) and registry.head_checked(
+                name, model.pending_commit, model.pending_files or [], held=model.message):
+            _switch(name)
     model = registry.get_model(name)
     get_run_logger().info("%s is %s on %s: %s", name, model.phase, model.commit, model.message)
     return model.phase
+
+
+def _switch(name: str) -> None:
+    """Each live path switches to the pending commit (a download-to-path run each, here or in its pool); the model
+    records it once all did."""
+    _, registry = current()
+    download_paths(name, [p for p in registry.get_model(name).local_paths if not p.retired], here=not deployed())
+    finish_switch(name)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from prefect import get_run_logger, task
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+from prefect.client.schemas.sorting import FlowRunSort
 from prefect.states import Cancelled, Cancelling
 
 from weightkeeper.tasks.download import path_holder
@@ -33,6 +34,7 @@ from weightkeeper.sources import limits, s3_client
 
 STOP_POLL_SECONDS = 1.0
 TERM_GRACE_SECONDS = 10.0
+RUNS_PAGE = 200  # flow runs read per request (the server's default limit)
 
 
 def _alive_here(holder: Holder) -> bool:
@@ -98,23 +100,34 @@ def stop_downloads(name: str) -> int:
 
 
 def _job_pods(settings: Settings, model: Model) -> list[str]:
-    """Pods of the model's download jobs that a Kubernetes workspace still runs. Their unfinished runs are
-    asked to cancel (the worker then deletes their Jobs); a Cancelled run does not prove its pod is gone,
-    so only the cluster's answer counts."""
+    """Pods of the model's download jobs that a Kubernetes workspace still runs: in every Kubernetes workspace of
+    the clusters its paths are on (a path that failed over had its job in another), for every such run. Their
+    unfinished runs are asked to cancel (the worker then deletes their Jobs); a Cancelled run does not prove its
+    pod is gone, so only the cluster's answer counts."""
+    clusters = {p.cluster for p in model.local_paths}
     pods = []
-    for workspace in sorted({p.workspace for p in model.local_paths}):
-        ws = settings.workspace(workspace)
-        if ws is None or ws.kubernetes is None:
-            continue
-        with get_client(sync_client=True) as client:
-            runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(
-                any_=[job_run_name(DOWNLOAD_FLOW, model.name, workspace)])))
-            for run in runs:
-                if run.state and not run.state.is_final() and not run.state.is_cancelling():
-                    client.set_flow_run_state(run.id, Cancelled() if run.state.is_scheduled() else Cancelling(
-                        message=f"model {model.name!r} is being deleted"), force=True)
-        pods += live_pods(ws.kubernetes, [str(run.id) for run in runs])
+    for ws in settings.workspaces:
+        if ws.kubernetes is not None and ws.cluster in clusters:
+            pods += live_pods(ws.kubernetes, [str(run.id) for run in _job_runs(model.name, ws.name)])
     return pods
+
+
+def _job_runs(name: str, workspace: str) -> list:
+    """Every download run of the model in the workspace (page by page: a server answers at most a page), its
+    unfinished ones asked to cancel."""
+    named = FlowRunFilter(name=FlowRunFilterName(any_=[job_run_name(DOWNLOAD_FLOW, name, workspace)]))
+    runs: list = []
+    with get_client(sync_client=True) as client:
+        while page := client.read_flow_runs(flow_run_filter=named, sort=FlowRunSort.ID_DESC, limit=RUNS_PAGE,
+                                            offset=len(runs)):
+            runs += page
+            if len(page) < RUNS_PAGE:
+                break
+        for run in runs:
+            if run.state and not run.state.is_final() and not run.state.is_cancelling():
+                client.set_flow_run_state(run.id, Cancelled() if run.state.is_scheduled() else Cancelling(
+                    message=f"model {name!r} is being deleted"), force=True)
+    return runs
 
 
 def _retry_cleanup(task, task_run, state) -> bool:

@@ -68,13 +68,13 @@ def _claim(registry: Registry, name: str, entry: LocalPath, holder: Holder, leas
         if claim.outcome == "deleting":
             raise DownloadCancelled(f"model {name!r} is being deleted")
         if claim.outcome in ("taken", "nested"):
-            message = (f"{entry.path} is already owned by live model {claim.other!r}" if claim.outcome == "taken" else
+            message = (f"{entry.path} is already owned by {claim.who}" if claim.outcome == "taken" else
                        f"{entry.path} nests with {claim.other}'s path (one is inside the other)")
             message += "; this entry is not downloaded"
             registry.path_failed(name, entry.id, None, message)
             raise DownloadError(message, permanent=True)
         if claim.outcome == "wait":
-            message = f"Waiting for deleted model {claim.other!r} to finish cleaning up {entry.path}"
+            message = f"Waiting for deleted {claim.who} to finish cleaning up {entry.path}"
         else:
             message = f"Waiting for {claim.other}, working on {entry.path}"
         registry.set_path_message(name, entry.id, WAITING, message)
@@ -103,7 +103,9 @@ class Reporter:
         if self.held.stopped:
             self.stopped = self.stopped or (
                 f"another run took over {self.entry.path}" if self.held.lost.is_set() else
-                f"model {self.name!r} is being deleted; download into {self.entry.path} stopped")
+                f"model {self.name!r} is being deleted; download into {self.entry.path} stopped"
+                if self.held.stop.is_set() else f"the lease on {self.entry.path} could not be renewed (the registry "
+                "is unreachable?); the download stopped before another run may take it over")
         elif (also := self.also) and also.stopped:
             self.stopped = self.stopped or f"another run took over the shared copy for {self.entry.path}"
         if self.stopped:
@@ -430,6 +432,8 @@ def record_size(name: str, path_id: int) -> int:
     note = ""
     if registry.get_model(name).download_policy == REUSE_IF_EXISTS and entry.artifact_id is None:
         note = " (own copy: the model's own directory was there before it shared, so it was kept)"
-    registry.path_downloaded(name, path_id, path_holder(path_id), size, f"{size} bytes{note}")
+    if not registry.path_downloaded(name, path_id, path_holder(path_id), size, f"{size} bytes{note}"):
+        raise DownloadCancelled(f"{entry.path} was not marked Ready: this run no longer holds it (its lease was "
+                                "dropped or taken over); the run that holds it, or the next pass, decides")
     get_run_logger().info("%s: %s is Ready, %d bytes", name, entry.path, size)
     return size

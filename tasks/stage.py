@@ -52,8 +52,8 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
     while not (claim := registry.claim_staging(name, uri, holder, settings.lease_seconds)).ok:
         if claim.outcome == "deleting":
             return Cancelled(message=f"model {name!r} is being deleted; staging to {uri} not started")
-        registry.set_message(name, f"Waiting for {'deleted model' if claim.outcome == 'wait' else 'run'} "
-                                   f"{claim.other} to finish with {uri}")
+        waiting = f"deleted {claim.who}" if claim.outcome == "wait" else f"run {claim.other}"
+        registry.set_message(name, f"Waiting for {waiting} to finish with {uri}")
         time.sleep(WAIT_POLL_SECONDS)
     last, stopped = [0.0], threading.Event()
 
@@ -69,7 +69,9 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
             if not registry.staging_progressed(name, holder, message):
                 stopped.set()
         if stopped.is_set():
-            raise DownloadCancelled(f"model {name!r} is being deleted; staging to {uri} stopped")
+            why = "its lease could not be renewed (the registry is unreachable?)" if held.lapsing else \
+                f"model {name!r} is being deleted"
+            raise DownloadCancelled(f"{why}; staging to {uri} stopped")
 
     deadline = time.monotonic() + settings.download_timeout_seconds
 

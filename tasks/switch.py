@@ -20,9 +20,9 @@ from weightkeeper.planning import capacity_problem, changed_bytes
 from weightkeeper.registry import Model
 from weightkeeper.registry.common import READY
 from weightkeeper.registry.leases import Kind
-from weightkeeper.sources import resolve
+from weightkeeper.sources import check_access, resolve
 from weightkeeper.tasks.download import Reporter, _entry, link_shared_copy, path_holder
-from weightkeeper.tasks.snapshot import retry_transient
+from weightkeeper.tasks.snapshot import _job_token_not_its_own, retry_transient
 
 
 def pending(model: Model) -> Snapshot | None:
@@ -48,6 +48,20 @@ def _held(settings, registry, model: Model, snapshot: Snapshot) -> str | None:
     return None
 
 
+def _refused(settings, registry, model: Model, snapshot: Snapshot) -> str | None:
+    """Why the switch must wait: the new commit's files would be fetched with the namespace's token (a Kubernetes
+    job's), and the model's own token block may not read them (one request; network trouble is raised, retried)."""
+    if not _job_token_not_its_own(settings, model):
+        return None
+    try:
+        check_access(settings, registry, model.source, model.token_block, snapshot)
+    except DownloadError as e:
+        if not e.permanent:
+            raise
+        return f"update to {snapshot.commit} held: {e}; it stays on {model.commit}"
+    return None
+
+
 @task(name="check-head", retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=retry_transient)
 def check_head(name: str) -> bool:
     """Ask which commit the model's revision (or the one `model update --revision` asked for) points at now, from
@@ -62,14 +76,14 @@ def check_head(name: str) -> bool:
                                name, budget_message(seconds)))
     except DownloadError as e:
         if e.permanent:
-            registry.head_checked(name, None, [], held=f"cannot check {revision}: {e}; it stays on {model.commit}")
             logger.error("%s: cannot check %s: %s; it stays on %s", name, revision, e, model.commit)
-            return False
+            return registry.head_checked(name, None, [], held=f"cannot check {revision}: {e}; it stays on "
+                                                              f"{model.commit}")
         raise
     if snapshot.commit == model.commit:
         logger.info("%s: %s is still at %s", name, revision, snapshot.commit)
         return registry.head_checked(name, snapshot.commit, [])
-    held = _held(settings, registry, model, snapshot)
+    held = _refused(settings, registry, model, snapshot) or _held(settings, registry, model, snapshot)
     logger.info("%s: %s moved from %s to %s%s", name, revision, model.commit, snapshot.commit,
                 f"; {held}" if held else "; downloading it beside the current one")
     return registry.head_checked(name, snapshot.commit, [f.to_json() for f in snapshot.files], held)
@@ -87,6 +101,9 @@ def switch_path(name: str, path_id: int, snapshot: Snapshot):
         return Cancelled(message=f"model {name!r} or its path #{path_id} is gone")
     holder = path_holder(path_id)
     claim = registry.claim_switch(name, path_id, holder, settings.lease_seconds)
+    if claim == "settled":  # nothing to switch here: no download, no new link
+        logger.info("%s: %s has nothing to switch", name, entry.path)
+        return entry.path
     if claim != "claimed":
         return Cancelled(message=f"{entry.path} not switched: {claim}")
     model = registry.get_model(name)
@@ -104,20 +121,27 @@ def switch_path(name: str, path_id: int, snapshot: Snapshot):
                 link_shared_copy(settings, registry, model, entry, holder, parent, leaf, snapshot, reporter,
                                  switch=True)
         failed = None
-        logger.info("%s: %s switched from %s to %s", name, entry.path, model.commit, snapshot.commit)
+        logger.info("%s: %s now links to the copy of %s", name, entry.path, snapshot.commit)
         return entry.path
     except DownloadCancelled as e:
         logger.warning("%s", e)
         return Cancelled(message=str(e))
     except DownloadError as e:
-        failed = f"update to {snapshot.commit} failed: {e}; {entry.path} stays on {model.commit}"
+        failed = _failed(model, entry.path, snapshot.commit, e)
         logger.error("%s: %s", name, failed)
         raise
     except (OSError, UnsafePathError) as e:
-        failed = f"update to {snapshot.commit} failed: {getattr(e, 'strerror', None) or e}; stays on {model.commit}"
+        failed = _failed(model, entry.path, snapshot.commit, getattr(e, "strerror", None) or e)
         raise DownloadError(failed, permanent=True) from None
     finally:
         registry.end_switch(name, path_id, holder, failed)
+
+
+def _failed(model: Model, path: str, commit: str, why) -> str:
+    """What a path whose switch to `commit` failed says: it keeps the copy it links to."""
+    if commit == model.commit:  # back to the model's commit (`head_checked`): the path is on another
+        return f"switch of {path} back to {commit} failed: {why}; it stays on another commit until the next check"
+    return f"update to {commit} failed: {why}; {path} stays on {model.commit}"
 
 
 @task(name="finish-switch")

@@ -124,6 +124,18 @@ def _refetch(settings: Settings, registry: Registry, snapshot: Snapshot, root: D
                           deadline=float("inf"))
 
 
+def _refetch_hashed(settings: Settings, registry: Registry, snapshot: Snapshot, root: Dir, model: Model,
+                    problems: list[Problem], beat: Callable[[int], None], workspace: str,
+                    cluster: str) -> list[Problem]:
+    """`_refetch`, then hash the whole copy (a size check misses changed bytes) and refetch what the hash finds,
+    once: the problems a last hash still finds (none: every file was hashed)."""
+    for _ in range(2):
+        _refetch(settings, registry, snapshot, root, model, problems, beat, workspace, cluster)
+        if not (problems := verify_copy(root, snapshot.files, deep=True, workers=settings.verify_workers)):
+            break
+    return problems
+
+
 def _workspace_of(settings: Settings, artifact) -> str:
     """The first workspace (in config order) on the shared copy's volume: the one its bytes count in."""
     return next((w.name for w in settings.workspaces if w.cluster == artifact.cluster and w.volume == artifact.volume),
@@ -192,7 +204,10 @@ def _repair_shared_copy(settings, registry: Registry, artifact, files, problems,
         if getattr(e, "permanent", True) or down_for >= settings.hub_unreachable_seconds:
             final = f"repair of shared copy {artifact.path} failed: {e} (for {down_for:.0f}s)"
             registry.set_artifact(artifact.id, holder, A_FAILED, final, unreachable_since=since, release=True)
-            registry.set_users(artifact.id, FAILED, final)
+            others = final if isinstance(e, UnsafePathError) else (  # the copy's own directories: anyone's concern
+                f"repair of shared copy {artifact.path} failed: its files could not be fetched again from where "
+                f"another user's model gets them (for {down_for:.0f}s); the next pass tries again")
+            registry.set_users(artifact.id, FAILED, others, {source.owner_name: final})  # its source: its owner's
             logger.error("%s", final)
             return "failed"
         registry.set_artifact(artifact.id, holder, A_REPAIRING, f"{message}; {e}; retried on the next pass",
@@ -258,24 +273,32 @@ def _repair_model_path(settings: Settings, registry: Registry, model, entry, fil
                     raise DownloadCancelled(f"another run took over {entry.path}")
                 snapshot = Snapshot(model.repo_id, model.commit, files, copy_name(model.commit, model.include,
                                                                                   model.exclude))
-                _refetch(settings, registry, snapshot, own, model, problems,
-                         beat, entry.workspace, entry.cluster)
+                remaining = _refetch_hashed(settings, registry, snapshot, own, model, problems,
+                                            beat, entry.workspace, entry.cluster)
     except DownloadCancelled as e:
         registry.path_failed(name, path_id, holder, str(e))
         return "cancelled"
     except (DownloadError, UnsafePathError) as e:
         registry.path_failed(name, path_id, holder, f"{message}; {e}")
         return "postponed"
-    _restore_path(settings, registry, name, path_id, holder, entry.path, made, "repaired")
+    if remaining:
+        registry.path_failed(name, path_id, holder, f"{message}; still damaged: {remaining[0]}; repaired on the "
+                                                    "next pass")
+        return "postponed"
+    if not _restore_path(settings, registry, name, path_id, holder, entry.path, made, "repaired"):
+        return "cancelled"
     registry.set_path_verified(name, path_id, READY)
     return "repaired"
 
 
 def _restore_path(settings: Settings, registry: Registry, name: str, path_id: int, holder: Holder | None, path: str,
-                  made: str | None, how: str) -> None:
-    """Mark an own copy (`made` there) Ready with its size; the model too once `derive_phase` says it is Ready."""
+                  made: str | None, how: str) -> bool:
+    """Mark an own copy (`made` there) Ready with its size, and the model once `derive_phase` says it is Ready;
+    False when `holder` no longer holds the path (nothing is marked)."""
     size = path_size(path, settings.volume_rules, made)
-    registry.path_downloaded(name, path_id, holder, size, f"{size} bytes ({how})")
+    if not registry.path_downloaded(name, path_id, holder, size, f"{size} bytes ({how})"):
+        return False
     phase, message = model_phase(settings, registry.get_model(name))
     if phase == READY:
         registry.set_phase(name, READY, f"restored: {path} {how}; {message}")
+    return True

@@ -178,7 +178,7 @@ MUTATIONS = {
     "s3-release-waits-for-prefix": ("weightkeeper/registry/store.py",
                                     "if row.paths or (row.staging_owned and row.staging_uri):", "if row.paths:",
                                     "tests/test_registry.py::test_staging_lease_and_who_holds_a_staged_prefix"),
-    "s3-wait-for-deleting-prefix": ("weightkeeper/registry/store.py", '            if other:\n                return Claim("wait", other)\n',
+    "s3-wait-for-deleting-prefix": ("weightkeeper/registry/store.py", '            if other:\n                return Claim("wait", other.name, other.owner_name != row.owner_name)\n',
                                     "", "tests/test_registry.py::test_staging_lease_and_who_holds_a_staged_prefix"),
     "s3-stop-staging-first": ("weightkeeper/registry/store.py",
                               "            if row.phase == DELETING or not self._holds(s, Kind.STAGING, row.id, holder):",
@@ -408,8 +408,8 @@ MUTATIONS = {
         "weightkeeper/api.py", "and not user(credentials).admin:", "and not user(credentials):",
         "tests/test_metrics.py::test_every_named_metric_is_present_for_an_admin_or_the_scrape_token_only"),
     "metrics-takeover-of-a-reservation": (
-        "weightkeeper/registry/leases.py", "    if lease.holder.run == holder.run or lease.holder.is_reservation:\n",
-        "    if lease.holder.run == holder.run:\n",
+        "weightkeeper/registry/leases.py", "    if lease.holder == holder or lease.holder.is_reservation:\n",
+        "    if lease.holder == holder:\n",
         "tests/test_metrics.py::test_a_takeover_is_of_another_runs_lease_not_a_reservation_nor_ones_own "
         "tests/test_metrics.py::test_lease_takeovers_count_a_dead_holders_and_a_preempted_run_not_a_reservations"),
     "metrics-cleanup-failure-per-call": (
@@ -834,7 +834,7 @@ MUTATIONS = {
         "                pass\n            if not parent.remove(name):",
         "tests/test_attacks.py::test_a_directory_exchanged_for_the_model_after_its_check_is_never_emptied"),
     "remove-rmdirs-what-took-the-name": (
-        "weightkeeper/anchored.py", "        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):\n            return False",
+        "weightkeeper/anchored.py", "        if not same(now):\n            return False",
         "        if False:\n            return False",
         "tests/test_attacks.py::test_a_directory_exchanged_for_the_model_after_its_check_is_never_emptied"),
     "owners-shelf-refused-to-the-service": (
@@ -863,6 +863,99 @@ MUTATIONS = {
     "hub-pools-without-header-deadline": (
         "weightkeeper/hub.py", '            _pools[proxy].pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}\n', "",
         "tests/test_hub_answers.py::test_an_answer_whose_headers_drip_is_cut_at_the_deadline"),
+    "cleanup-releases-a-directory-still-written": (
+        "weightkeeper/anchored.py", "            if same(self.lstat(name)):\n                raise CleanupError",
+        "            if False:\n                raise CleanupError",
+        "tests/test_attacks.py::test_a_download_still_writing_after_the_directory_was_emptied_keeps_the_model_until_it_is_gone"),
+    "another-process-of-the-run-is-own": (
+        "weightkeeper/registry/leases.py", "    return lease is None or lease.holder == holder or abandoned(",
+        "    return lease is None or lease.holder.run == holder.run or abandoned(",
+        "tests/test_leases.py::test_takeover_rule_over_every_combination "
+        "tests/test_leases.py::test_a_second_process_of_one_run_is_another_holder"),
+    "lease-held-by-the-run-alone": (
+        "weightkeeper/registry/leases.py",
+        "    return (row.holder, row.host, row.pid, row.started) == (holder.run, holder.host, holder.pid, holder.started)",
+        "    return row.holder == holder.run", "tests/test_leases.py::test_a_second_process_of_one_run_is_another_holder"),
+    "ready-vouched-without-the-lease": (
+        "weightkeeper/registry/store.py", "if not mine and (lease is not None or status == READY):",
+        "if not mine and lease is not None:",
+        "tests/test_leases.py::test_a_run_whose_lease_was_dropped_never_marks_the_path_ready"),
+    "holder-never-stops-unrenewed": (
+        "weightkeeper/lease.py", "return self.lost.is_set() or self.stop.is_set() or self.lapsing",
+        "return self.lost.is_set() or self.stop.is_set()",
+        "tests/test_leases.py::test_a_holder_cut_off_from_the_registry_stops_before_its_lease_lapses"),
+    "delete-blind-to-failed-over-workspaces": (
+        "tasks/cleanup.py", "        if ws.kubernetes is not None and ws.cluster in clusters:",
+        "        if ws.kubernetes is not None and ws.name in {p.workspace for p in model.local_paths}:",
+        "tests/test_kube.py::test_delete_waits_for_a_pod_left_in_the_workspace_a_path_failed_over_from"),
+    "delete-reads-one-page-of-runs": (
+        "tasks/cleanup.py", "            if len(page) < RUNS_PAGE:\n                break", "            break",
+        "tests/test_kube.py::test_delete_waits_for_a_pod_left_in_the_workspace_a_path_failed_over_from"),
+    "revision-moves-a-shared-link": (
+        "weightkeeper/registry/updates.py",
+        "            if shared := next((p.path for p in row.paths if not p.retired and self._shared(s, row, p)), None):",
+        "            if shared := None:",
+        "tests/test_tracking.py::test_model_update_refuses_a_revision_while_another_owners_model_shares_the_path"),
+    "switch-claims-a-shared-link": (
+        "weightkeeper/registry/updates.py", "            if self._shared(s, row, p):  # another model took the path",
+        "            if False:  # another model took the path",
+        "tests/test_tracking.py::test_model_update_refuses_a_revision_while_another_owners_model_shares_the_path"),
+    "switch-on-the-namespaces-token": (
+        "tasks/switch.py",
+        "    held = _refused(settings, registry, model, snapshot) or _held(settings, registry, model, snapshot)",
+        "    held = _held(settings, registry, model, snapshot)",
+        "tests/test_kube.py::test_a_switch_proves_the_models_own_token_on_the_new_commit"),
+    "own-copy-repair-unhashed": (
+        "tasks/verify.py",
+        "        if not (problems := verify_copy(root, snapshot.files, deep=True, workers=settings.verify_workers)):",
+        "        if not (problems := []):",
+        "tests/test_reconcile.py::test_repairing_a_size_mismatch_hashes_the_whole_own_copy_before_it_counts_as_verified"),
+    "job-process-dumpable": (
+        "weightkeeper/kube.py", "    if not os.environ.get(JOB_MARK):\n        return", "    if True:\n        return",
+        "tests/test_kube.py::test_a_jobs_secrets_are_not_readable_by_its_owners_other_processes"),
+    "prefect-home-open-to-all": (
+        "weightkeeper/prefectserver.py", "    _private(home / PREFECT_DIR)\n", "",
+        "tests/test_prefectserver.py::test_each_home_keeps_its_own_prefect_server_under_it_and_sees_only_its_own_runs"),
+    "prefect-home-left-open": (
+        "weightkeeper/prefectserver.py", "    if stat.S_IMODE(directory.lstat().st_mode) & 0o077:", "    if False:",
+        "tests/test_prefectserver.py::test_each_home_keeps_its_own_prefect_server_under_it_and_sees_only_its_own_runs"),
+    "claim-names-another-users-model": (
+        "weightkeeper/registry/store.py", "return \"another user's model\" if self.foreign else f\"model {self.other!r}\"",
+        "return f\"model {self.other!r}\"",
+        "tests/test_tenancy.py::test_a_path_claim_names_no_model_of_another_user "
+        "tests/test_s3.py::test_waiting_on_another_users_deleted_staging_names_no_model_of_theirs"),
+    "repair-shows-one-users-source-to-all": (
+        "tasks/verify.py", "registry.set_users(artifact.id, FAILED, others, {source.owner_name: final})",
+        "registry.set_users(artifact.id, FAILED, final)",
+        "tests/test_s3.py::test_a_failed_shared_repair_never_shows_one_users_s3_source_to_another"),
+    "idempotency-key-across-users": (
+        "weightkeeper/api.py", "return f\"api/{flow}/{model.name}/{model.id}/{mine}\"",
+        "return f\"api/{flow}/{model.name}/{key or uuid.uuid4()}\"",
+        "tests/test_api.py::test_an_idempotency_key_never_answers_with_another_users_or_an_earlier_models_run"),
+    "botocore-debug-unfiltered": (
+        "weightkeeper/download.py", "    logging.getLogger(_name).addFilter(DropDebug())", "    pass",
+        "tests/test_s3.py::test_botocore_debug_logs_carry_no_session_token_or_signature"),
+    "partial-switch-never-goes-back": (
+        "weightkeeper/registry/updates.py", "                return self._switch_back(s, row, held)", "                return False",
+        "tests/test_tracking.py::test_a_partly_switched_model_goes_back_together_once_its_branch_returns"),
+    "claim-switch-relinks-a-settled-path": (
+        "weightkeeper/registry/updates.py", "            if p.artifact_id and s.scalar(", "            if False and s.scalar(",
+        "tests/test_tracking.py::test_a_partly_switched_model_goes_back_together_once_its_branch_returns"),
+    "switch-back-recorded-as-a-switch": (
+        "weightkeeper/registry/updates.py", "            if row.pending_commit == row.commit:", "            if False:",
+        "tests/test_tracking.py::test_a_partly_switched_model_goes_back_together_once_its_branch_returns"),
+    "unchecked-head-never-switches-back": (
+        "tasks/switch.py", '            return registry.head_checked(name, None, [], held=f"cannot check {revision}',
+        '            return 0 * registry.head_checked(name, None, [], held=f"cannot check {revision}',
+        "tests/test_tracking.py::test_a_partly_switched_model_goes_back_together_once_its_branch_returns[unknown]"),
+    "revision-switch-left-half-done": (
+        "flows/ensure_model.py", "        if not model.track and model.pending_commit",
+        "        if False and model.pending_commit",
+        "tests/test_tracking.py::test_model_update_that_switches_only_some_paths_switches_them_back"),
+    "job-command-dumpable": (
+        "weightkeeper/kubernetes/base-job-template.json", '                  "weightkeeper.job"\n',
+        '                  "prefect"\n',
+        "tests/test_kube.py::test_a_run_cannot_override_the_image_command_volumes_or_namespace_of_its_job"),
 }
 
 

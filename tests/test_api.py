@@ -171,3 +171,36 @@ def test_a_killed_worker_mid_delete_is_finished_by_the_next_reconcile(served, hu
     assert not any(p.exists() for p in paths)
     wait_until(lambda: sorted(r.state.name for r in flow_runs("delete-killed")) == ["Completed", "Crashed"], 60,
                "the killed delete run Crashed, the one reconcile started Completed")
+
+
+def test_an_idempotency_key_never_answers_with_another_users_or_an_earlier_models_run(served):
+    """Alice declares `api-idem` with Idempotency-Key K, then deletes it; bob declares `api-idem` with K: he gets a
+    run of his own, not alice's old one. A request repeated with its key (same caller, same model) gets its run."""
+    key = "the-same-key"
+
+    def send(method: str, url: str, user: str, idem: str, **kw) -> dict:
+        r = served.api.request(method, url, headers={**served.as_user(user), "Idempotency-Key": idem}, **kw)
+        assert r.status_code in (201, 202), r.text
+        return r.json()["run"]
+
+    def finished(run_id: str) -> None:
+        wait_until(lambda: any(str(r.id) == run_id and r.state.is_final() for r in flow_runs("ensure-api-idem")),
+                   60, f"run {run_id} to end")
+
+    body = {"name": "api-idem", "source": "hf://acme/api-idem-missing", "workspaces": ["team-a"]}
+    alices = send("POST", "/api/v1/models", "alice", key, json=body)["flowRunId"]
+    finished(alices)
+    retried = send("POST", "/api/v1/models/api-idem/retry", "alice", "retry-key")["flowRunId"]
+    finished(retried)
+    served.wait_phase("api-idem", "Failed")
+    assert send("POST", "/api/v1/models/api-idem/retry", "alice", "retry-key")["flowRunId"] == retried  # repeated
+    assert len(flow_runs("ensure-api-idem")) == 2
+    send("DELETE", "/api/v1/models/api-idem", "alice", key)
+    served.wait_released("api-idem")
+
+    bobs = send("POST", "/api/v1/models", "bob", key, json=body)
+    assert bobs["flowRunId"] not in (None, alices, retried) and bobs["message"] == "ensure-model run started"
+    assert len(flow_runs("ensure-api-idem")) == 3
+    finished(bobs["flowRunId"])
+    send("DELETE", "/api/v1/models/api-idem", "bob", key)
+    served.wait_released("api-idem")

@@ -8,8 +8,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -342,6 +344,112 @@ def test_delete_waits_until_no_pod_of_a_download_run_remains(wk, hub, tmp_path):
         cluster.stop()
 
 
+def test_delete_waits_for_a_pod_left_in_the_workspace_a_path_failed_over_from(wk, hub, tmp_path, monkeypatch):
+    """The path's job crashed in workspace gpu and moved to gpu-b; gpu's pod still runs, under one of many runs of
+    that name (more than a page of them), its run long marked Cancelled. The delete finds it all the same and
+    cleans nothing until it is gone."""
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.states import Cancelled, Completed
+
+    from conftest import tiny_files
+    from fakekube import FakeKubernetes
+    from weightkeeper.flows.delete_model import delete_model
+    from weightkeeper.flows.ensure_model import ensure_model
+    from weightkeeper.tasks import cleanup
+    from test_lifecycle import in_thread, wait_until
+
+    cluster = FakeKubernetes()
+    volume, kubeconfig = wk.volumes["team-a"], cluster.kubeconfig(tmp_path / "kubeconfig")
+    spaces = "".join(f"""
+        [[workspaces]]
+        name = "{name}"
+        cluster = "east"
+        volume = "{volume}"
+        work_pool = "kube-{name}"
+        [workspaces.kubernetes]
+        namespace = "{namespace}"
+        image = "registry.local/weightkeeper:0.1"
+        volume_claim = "models"
+        kubeconfig = "{kubeconfig}"
+    """ for name, namespace in (("gpu", "team-a"), ("gpu-b", "team-b")))
+    wk.config.write_text(textwrap.dedent(f"""
+        home = "{wk.root}"
+        registry_url = "{wk._registry_url}"
+        hf_endpoint = "{hub.url}"
+        lease_seconds = 5
+        cleanup_retry_seconds = 0.2
+        cleanup_retry_max_seconds = 1
+    """) + textwrap.dedent(spaces))
+    hub.add_repo("acme/kube-moved", tiny_files("kube-moved"))
+    wk.declare("kube-moved", "hf://acme/kube-moved", workspaces=["gpu"])
+    assert ensure_model("kube-moved") == "Ready"
+    entry = wk.registry.get_model("kube-moved").local_paths[0]
+    assert wk.registry.fail_over("kube-moved", entry.id, "gpu-b", 3)
+
+    @flow(name="download-to-path")
+    def stand_in() -> None:  # download runs whose jobs a Kubernetes worker started in gpu
+        pass
+
+    monkeypatch.setattr(cleanup, "RUNS_PAGE", 2)
+    with get_client(sync_client=True) as client:
+        runs = [client.create_flow_run(stand_in, name="download-kube-moved-gpu", state=state).id
+                for state in (Completed(), Cancelled(), Completed(), Completed(), Cancelled())]
+    left = str(runs[1])
+    cluster.pods[("team-a", left)] = [("download-kube-moved-gpu-q9z", "Running")]
+    try:
+        deletion = in_thread(delete_model, "kube-moved")
+        wait_until(lambda: "pod team-a/download-kube-moved-gpu-q9z" in wk.registry.get_model("kube-moved").message,
+                   what="delete to wait for the pod")
+        assert Path(entry.path).is_dir() and wk.registry.get_model("kube-moved").local_paths
+        cluster.pods[("team-a", left)] = [("download-kube-moved-gpu-q9z", "Succeeded")]
+        deletion.join(60)
+        assert deletion.result.get("value") == "Released" and not os.path.lexists(entry.path)
+    finally:
+        cluster.stop()
+
+
+def test_a_jobs_secrets_are_not_readable_by_its_owners_other_processes():
+    """A job runs as the model's owner (here: nobody) with the Prefect credential and the namespace's token in its
+    environment. The owner's shell on the node, the same uid, tries to read them from `/proc`: refused. The job's
+    command (`python -m weightkeeper.job`, the pool's template) is Prefect's `flow-run execute`."""
+    import weightkeeper
+
+    as_owner = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c"]
+    code = Path(tempfile.mkdtemp(prefix="wk-job-code-", dir="/var/tmp"))  # this tree's code, readable by nobody
+    shutil.copytree(Path(weightkeeper.__file__).parent, code / "weightkeeper", ignore=shutil.ignore_patterns("*.pyc"))
+    for folder, _, files in os.walk(code):
+        os.chmod(folder, 0o755)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o644)
+    env = {**os.environ, "PYTHONPATH": str(code), "WEIGHTKEEPER_TOKEN_ENV": "HF_TOKEN", "HF_TOKEN": "hf_secret",
+           "PREFECT_API_AUTH_STRING": "weightkeeper:prefect-secret"}
+    job = subprocess.Popen([*as_owner, "import sys, weightkeeper; assert weightkeeper.__file__.startswith(sys.argv[1]); "
+                            "print('up', flush=True); sys.stdin.read()", str(code)], stderr=subprocess.PIPE, cwd=code,
+                           env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline() == "up\n", job.stderr.read()
+        for what in ("environ", "mem"):
+            shell = subprocess.run([*as_owner, f"print(open('/proc/{job.pid}/{what}', 'rb').read(4096))"],
+                                   capture_output=True, text=True)
+            assert shell.returncode != 0 and "PermissionError" in shell.stderr, (what, shell.stdout[:200])
+        outside = subprocess.Popen([*as_owner, "import sys, weightkeeper; print('up', flush=True); sys.stdin.read()"],
+                                   env={k: v for k, v in env.items() if k != "WEIGHTKEEPER_TOKEN_ENV"},
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=code)
+        try:  # not a job: the owner's own processes stay theirs
+            assert outside.stdout.readline() == "up\n"
+            shell = subprocess.run([*as_owner, f"open('/proc/{outside.pid}/environ', 'rb').read()"])
+            assert shell.returncode == 0
+        finally:
+            outside.communicate("")
+    finally:
+        job.communicate("")
+        shutil.rmtree(code)
+    command = subprocess.run([sys.executable, "-m", "weightkeeper.job"], capture_output=True, text=True, timeout=120,
+                             env={k: v for k, v in env.items() if k not in ("PYTHONPATH", "PREFECT__FLOW_RUN_ID")})
+    assert command.returncode == 1 and "Could not determine the ID of the flow run" in command.stdout + command.stderr
+
+
 def test_worker_manifests_from_the_cli(tmp_path):
     import yaml
 
@@ -467,7 +575,7 @@ def test_a_run_cannot_override_the_image_command_volumes_or_namespace_of_its_job
     (container,) = pod["containers"]
     assert namespace == job["metadata"]["namespace"] == "team-a"
     assert container["image"] == "registry.local/weightkeeper:0.1"
-    assert container["args"] == ["prefect", "flow-run", "execute"]
+    assert container["args"] == ["python", "-m", "weightkeeper.job"]
     assert pod["serviceAccountName"] == "weightkeeper-jobs"
     assert pod["volumes"][0] == {"name": "workspace-volume", "persistentVolumeClaim": {"claimName": "models-a"}}
     assert container["volumeMounts"][0]["mountPath"] == "/mnt/gpu"
@@ -632,3 +740,34 @@ def test_the_service_repairs_a_copy_an_owners_job_made(wk, hub, tmp_path, monkey
     outcomes = reconcile()
     assert outcomes[str(shard.parent)] == "repaired", dict(outcomes)
     assert shard.read_bytes() == files[shard.name] and wk.registry.get_model("owned").phase == "Ready"
+
+
+def test_a_switch_proves_the_models_own_token_on_the_new_commit(wk, hub, tmp_path):
+    """In a Kubernetes workspace whose jobs read the namespace's token, a tracked model names block B, whose token
+    reads commit A. The repository moves on and only the namespace's token reads it now: the switch's job would
+    fetch it with that token, so the head check proves B's on the new commit first, and holds the switch with the
+    refusal as the model's message (no pending commit; the link stays on A)."""
+    from prefect.blocks.system import Secret
+
+    from weightkeeper.flows.ensure_model import ensure_model
+
+    files = {"config.json": b"{}", "model.safetensors": b"w" * 4096}
+    a = hub.add_repo("acme/gated-switch", files, gated=True, token="hf_BLOCKBtoken1234567890")
+    Secret(value="hf_BLOCKBtoken1234567890").save("hf-block-b", overwrite=True)
+    (tmp_path / "gpu").mkdir()
+    wk._workspaces = [*wk._workspaces, {"name": "gpu", "volume": str(tmp_path / "gpu"), "work_pool": "kube-gpu"}]
+    wk.rewrite(hf_endpoint=hub.url, track_interval_seconds=0)
+    with wk.config.open("a") as config:
+        config.write('[workspaces.kubernetes]\nnamespace = "gpu"\nimage = "registry.local/weightkeeper:0.1"\n'
+                     'volume_claim = "models"\ntoken_secret = "hf-token"\n')
+    wk.declare("gated-switch", "hf://acme/gated-switch", workspaces=["gpu"], token_block="hf-block-b", track=True)
+    assert ensure_model("gated-switch") == "Ready"
+    path = wk.registry.get_model("gated-switch").local_paths[0].path
+    b = hub.add_repo("acme/gated-switch", {**files, "config.json": b'{"v": 2}'}, gated=True,
+                     token="hf_NAMESPACEtoken12345")
+    hub.reset_stats()
+    assert ensure_model("gated-switch") == "Ready"
+    model = wk.registry.get_model("gated-switch")
+    assert model.pending_commit is None and model.commit == a and os.readlink(path).endswith(a)
+    assert model.message.startswith(f"update to {b} held: ") and "is gated" in model.message, model.message
+    assert [r.method for r in hub.requests if "/resolve/" in r.path] == ["HEAD"]  # the proof; nothing fetched

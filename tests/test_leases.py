@@ -32,17 +32,84 @@ def lease(run: str, host: str, pid: int, started: float, lapses_in: float) -> Le
 
 def test_takeover_rule_over_every_combination():
     """Free, own, lapsed, or a process of this host that is gone: taken. A reservation (no process) only
-    lapses; another host's live-looking holder is trusted until its lease lapses."""
+    lapses; another host's live-looking holder is trusted until its lease lapses. Own is the same run in the same
+    process: another process of the run (a rescheduled pod while the evicted one still writes) is another holder."""
     me = Holder("me", HERE, 10, 1.0)
     assert takeable(None, me, NOW, HERE)
-    for own, host, pid, started, lapsed, alive in itertools.product(
-            (True, False), (HERE, "other-host"), (0, 42), (0.0, 7.0), (True, False), (True, False)):
-        held = lease("me" if own else "them", host, pid, started, -1 if lapsed else 30)
+    for lapsed, alive in itertools.product((True, False), (True, False)):
+        mine = Lease("path", 1, me, "download", NOW, NOW + timedelta(seconds=-1 if lapsed else 30))
+        assert takeable(mine, me, NOW, HERE, alive=lambda h: alive)
+    for run, host, pid, started, lapsed, alive in itertools.product(
+            ("me", "them"), (HERE, "other-host"), (0, 10, 42), (0.0, 7.0), (True, False), (True, False)):
+        held = lease(run, host, pid, started, -1 if lapsed else 30)
         gone = host == HERE and pid > 0 and started > 0 and not alive
-        expected = own or lapsed or gone
-        assert takeable(held, me, NOW, HERE, alive=lambda h: alive) is expected, (own, host, pid, started, lapsed,
+        expected = lapsed or gone
+        assert takeable(held, me, NOW, HERE, alive=lambda h: alive) is expected, (run, host, pid, started, lapsed,
                                                                                   alive)
         assert abandoned(held, NOW, HERE, alive=lambda h: alive) is (lapsed or gone)
+
+
+def test_a_second_process_of_one_run_is_another_holder(tmp_path):
+    """Evicted, a run's pod is rescheduled as the same flow run while the old one still writes through its grace
+    period: the new process waits for the old one's lease, and the old one, once taken over, is told it lost the
+    path and can neither renew it nor mark it Ready."""
+    registry = open_registry(f"sqlite:///{tmp_path / 'r.db'}")
+    from test_registry import plan, spec
+
+    path_id = registry.create_model(spec("m"), plan("/v/models/o--n")).local_paths[0].id
+    evicted, rescheduled = Holder("run-1/1", "pod-a", 7, 100.0), Holder("run-1/1", "pod-b", 7, 200.0)
+    assert registry.claim_download("m", path_id, evicted, 60).ok
+    assert registry.claim_download("m", path_id, rescheduled, 60).outcome == "busy"
+    assert registry.renew_leases([("path", path_id, rescheduled, 60)]) == ({("path", path_id)}, set())
+    assert not registry.path_downloaded("m", path_id, rescheduled, 1, "1 bytes")
+    assert registry.renew_leases([("path", path_id, evicted, 0)]) == (set(), set())  # lapsed
+    assert registry.claim_download("m", path_id, rescheduled, 60).ok
+    assert registry.renew_leases([("path", path_id, evicted, 60)]) == ({("path", path_id)}, set())
+    assert not registry.path_progressed("m", path_id, evicted, 5)
+    assert not registry.path_downloaded("m", path_id, evicted, 1, "1 bytes")
+    path = registry.get_model("m").local_paths[0]
+    assert path.status == "Downloading" and path.lease.holder == rescheduled
+
+
+def test_a_run_whose_lease_was_dropped_never_marks_the_path_ready(tmp_path):
+    """A run paused before it measured its path; meanwhile its lease was dropped and the path is another run's
+    business (here: failed by it). Resumed, the stale run's Ready is refused: nothing vouches for the bytes."""
+    registry = open_registry(f"sqlite:///{tmp_path / 'r.db'}")
+    from test_registry import plan, spec
+
+    path_id = registry.create_model(spec("m"), plan("/v/models/o--n")).local_paths[0].id
+    stale, fresh = Holder("run-1/1", "host", 7, 100.0), Holder("run-2/1", "host", 8, 100.0)
+    assert registry.claim_download("m", path_id, stale, 0).ok  # lapses at once
+    assert registry.claim_download("m", path_id, fresh, 60).ok
+    registry.path_failed("m", path_id, fresh, "cut off halfway")
+    assert not registry.path_downloaded("m", path_id, stale, 5, "5 bytes")
+    path = registry.get_model("m").local_paths[0]
+    assert path.status == "Failed" and path.size_bytes != 5 and path.message == "cut off halfway"
+
+
+def test_a_holder_cut_off_from_the_registry_stops_before_its_lease_lapses(tmp_path, monkeypatch):
+    """The registry is unreachable (a partition, a hung connection): renewals fail, so the holder cannot hear of a
+    delete or a takeover. It counts itself stopped once LAPSE_SHARE of the lease passed unrenewed, before another
+    run may take the lease; renewals that come back let it go on."""
+    from weightkeeper import lease as leases
+
+    registry = open_registry(f"sqlite:///{tmp_path / 'r.db'}")
+    from test_registry import plan, spec
+
+    path_id = registry.create_model(spec("m"), plan("/v/models/o--n")).local_paths[0].id
+    mine = Holder.here("cut-off")
+    assert registry.claim_download("m", path_id, mine, 2).ok
+    with renewed(registry, Kind.PATH, path_id, mine, 2) as held:
+        time.sleep(1.0)
+        assert not held.stopped  # renewed every 2/3 s
+        with monkeypatch.context() as cut:
+            cut.setattr(registry, "renew_leases", lambda _held: (_ for _ in ()).throw(OSError("no route to host")))
+            wait_until(lambda: held.stopped, timeout=5, what="the holder to stop")
+            lease = registry.lease_of(Kind.PATH, path_id)
+            assert lease.holder == mine and lease.lapses_in() > 0  # nobody else may take it yet
+            assert not (held.lost.is_set() or held.stop.is_set()) and held.lapsing
+        wait_until(lambda: not held.stopped, timeout=5, what="a renewal to come back")
+    assert leases.LAPSE_SHARE < 1
 
 
 def test_describe_says_who_since_when_and_when_it_lapses():

@@ -220,7 +220,7 @@ def test_live_models_directory_is_kept(wk, hub):
     wk.declare("second", "hf://acme/shared", workspaces=["team-a", "team-b"])
     assert ensure_model("second") == "Failed"
     second = {p.workspace: p for p in wk.registry.get_model("second").local_paths}
-    assert second["team-a"].status == "Failed" and "owned by live model 'first'" in second["team-a"].message
+    assert second["team-a"].status == "Failed" and "owned by model 'first'" in second["team-a"].message
     assert second["team-b"].status == "Ready"
     assert delete_model("second") == "Released"
     first = wk.registry.get_model("first").local_paths[0]

@@ -10,12 +10,14 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import ssl
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -170,16 +172,29 @@ def test_the_demo_starts_its_own_prefect_server_runs_the_lifecycle_and_stops_it(
 
 def test_each_home_keeps_its_own_prefect_server_under_it_and_sees_only_its_own_runs(tmp_path):
     """Two homes one after the other, with no Prefect home set: each server's database is under its home, none in
-    ~/.prefect, and neither sees the other's flows (artifacts such as `paths-<model>` would collide)."""
+    ~/.prefect, and neither sees the other's flows (artifacts such as `paths-<model>` would collide). It holds the
+    Secret blocks and their key: another user of the host (nobody) cannot read it, though an earlier version left
+    home-b's open."""
     env = {k: v for k, v in without_prefect_api_url(tmp_path).items() if k != "PREFECT_HOME"}
     env["HOME"] = str(tmp_path / "user")
     (tmp_path / "user").mkdir()
-    for name in ("home-a", "home-b"):
-        out = subprocess.run([sys.executable, "-c", STARTER, str(tmp_path / name)], env=env, capture_output=True,
-                             text=True, timeout=240)
-        assert out.returncode == 0, out.stderr
-        assert json.loads(out.stdout)["flows"] == [f"made-in-{name}"]
-        assert (tmp_path / name / "prefect" / "prefect.db").exists()
+    homes = Path(tempfile.mkdtemp(prefix="wk-homes-", dir="/var/tmp"))  # a place other users may walk through
+    try:
+        homes.chmod(0o755)
+        (homes / "home-b" / "prefect").mkdir(parents=True, mode=0o755)
+        for name in ("home-a", "home-b"):
+            out = subprocess.run([sys.executable, "-c", STARTER, str(homes / name)], env=env, capture_output=True,
+                                 text=True, timeout=240)
+            assert out.returncode == 0, out.stderr
+            assert json.loads(out.stdout)["flows"] == [f"made-in-{name}"]
+            database = homes / name / "prefect" / "prefect.db"
+            assert database.exists() and stat.S_IMODE(database.parent.stat().st_mode) == 0o700
+            (homes / name).chmod(0o755)
+            other = subprocess.run([sys.executable, "-c", "import os, sys; os.setgid(65534); os.setuid(65534); "
+                                    "open(sys.argv[1], 'rb').read(1)", str(database)], capture_output=True, text=True)
+            assert other.returncode != 0 and "PermissionError" in other.stderr
+    finally:
+        shutil.rmtree(homes)
     assert not (tmp_path / "user" / ".prefect" / "prefect.db").exists()
 
 

@@ -309,3 +309,25 @@ def test_a_run_queued_behind_busy_workers_keeps_its_reservation_and_gets_no_twin
     lapse()
     assert run_here(reconcile)["model queued"].startswith(f"{ENSURE_FLOW}: ")  # not deployed here: run in the pass
     assert wk.registry.get_model("queued").phase == "Ready"
+
+
+def test_repairing_a_size_mismatch_hashes_the_whole_own_copy_before_it_counts_as_verified(wk, hub):
+    """A pass whose size check is due but not the hash finds a truncated shard in a model's own copy. Another
+    file of the copy has one byte flipped (same size): the repair hashes the whole copy before it records a full
+    verification, so that file is fetched again too, not passed as verified."""
+    files = tiny_files("rehash")
+    hub.add_repo("acme/rehash", files)
+    wk.rewrite(hf_endpoint=hub.url, verify_interval_seconds=3600)
+    wk.declare("rehash", "hf://acme/rehash", workspaces=["team-a"])
+    assert ensure_model("rehash") == "Ready"
+    entry = wk.registry.get_model("rehash").local_paths[0]
+    wk.registry.set_path_verified("rehash", entry.id, "Ready")  # hashed just now: a pass only size-checks it
+    path, flipped = Path(entry.path), "model-00002-of-00002.safetensors"
+    os.truncate(path / SHARD, 10)
+    with open(path / flipped, "r+b") as f:
+        f.seek(100)
+        f.write(bytes([files[flipped][100] ^ 0xFF]))
+    assert reconcile()[str(path)] == "repaired"
+    assert (path / SHARD).read_bytes() == files[SHARD] and (path / flipped).read_bytes() == files[flipped]
+    model = wk.registry.get_model("rehash")
+    assert model.phase == "Ready" and model.local_paths[0].status == "Ready"

@@ -132,14 +132,14 @@ def test_stale_lease_can_be_taken_over(registry):
     assert registry.claim_download("m", path_id, holder(1), 60).ok
     busy = registry.claim_download("m", path_id, holder(2), 60)
     assert busy.outcome == "busy" and "run run-1 on host host (pid 101)" in busy.other and "lapses in" in busy.other
-    assert registry.renew_leases([("path", path_id, "run-1", 0)]) == (set(), set())  # renewed for 0 s: lapsed
+    assert registry.renew_leases([("path", path_id, holder(1), 0)]) == (set(), set())  # renewed for 0 s: lapsed
     assert registry.claim_download("m", path_id, holder(2), 60).ok
     assert registry.path_progressed("m", path_id, holder(1), 5) is False  # taken over: it must stop
-    assert registry.renew_leases([("path", path_id, "run-1", 60)]) == ({("path", path_id)}, set())
+    assert registry.renew_leases([("path", path_id, holder(1), 60)]) == ({("path", path_id)}, set())
     assert registry.path_progressed("m", path_id, holder(2), 5) is True
     registry.mark_deleting("m")
     assert registry.path_progressed("m", path_id, holder(2), 6) is False  # deleting: the download must stop
-    assert registry.renew_leases([("path", path_id, "run-2", 60)]) == (set(), {("path", path_id)})
+    assert registry.renew_leases([("path", path_id, holder(2), 60)]) == (set(), {("path", path_id)})
     assert registry.get_model("m").local_paths[0].lease.holder.run == "run-2"  # renewed until it lets go
 
 
@@ -174,11 +174,11 @@ def test_one_writer_per_shared_copy(registry):
     wins = parallel(8, lambda i: registry.claim_artifact(copy.id, holder(i), 60) is None)
     assert wins.count(True) == 1
     winner = holder(wins.index(True))
-    assert registry.renew_leases([("artifact", copy.id, winner.run, 0)]) == (set(), set())
-    assert registry.renew_leases([("artifact", copy.id, "run-99", 60)]) == ({("artifact", copy.id)}, set())
+    assert registry.renew_leases([("artifact", copy.id, winner, 0)]) == (set(), set())
+    assert registry.renew_leases([("artifact", copy.id, holder(99), 60)]) == ({("artifact", copy.id)}, set())
     assert registry.claim_artifact(copy.id, holder(99), 60) is None  # its lease lapsed: taken over
     assert registry.get_artifact(copy.id).lease.holder.run == "run-99"
-    assert registry.renew_leases([("artifact", copy.id, winner.run, 60)]) == ({("artifact", copy.id)}, set())
+    assert registry.renew_leases([("artifact", copy.id, winner, 60)]) == ({("artifact", copy.id)}, set())
 
 
 def test_staging_lease_and_who_holds_a_staged_prefix(registry):
@@ -198,7 +198,7 @@ def test_staging_lease_and_who_holds_a_staged_prefix(registry):
     registry.mark_deleting("a")
     assert not registry.staging_progressed("a", holder(1), "x")  # the staging run stops at its next write
     model_id = registry.get_model("a").id
-    assert registry.renew_leases([("staging", model_id, "run-1", 60)]) == (set(), {("staging", model_id)})
+    assert registry.renew_leases([("staging", model_id, holder(1), 60)]) == (set(), {("staging", model_id)})
     assert registry.claim_staging("a", uri, holder(1), 60).outcome == "deleting"
     assert registry.release_model("a") is False  # no path left, but its staged prefix is not removed yet
     registry.mark_deleting("b")

@@ -3,6 +3,7 @@ server mode) on loopback, behind a pass-through proxy that can refuse deletes or
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import re
@@ -19,6 +20,7 @@ from weightkeeper.config import load_settings
 from weightkeeper.errors import ConfigError, InvalidInputError
 
 FILES_FETCHED = 5  # two shards and the three small files of `tiny_files`
+SHARD = "model-00001-of-00002.safetensors"
 
 
 def staged_keys(s3, repo_dir: str, commit: str) -> list[str]:
@@ -408,3 +410,68 @@ def test_s3_settings_are_validated(tmp_path, table, error):
     with pytest.raises(ConfigError) as e:
         load_settings(config)
     assert error in str(e.value)
+
+
+def test_waiting_on_another_users_deleted_staging_names_no_model_of_theirs(wk, hub, s3):
+    """Alice's model in her private workspace is deleted while S3 refuses to remove its staged prefix; bob declares
+    the same repository: his model waits for that prefix, and its message names no model of hers."""
+    hub.add_repo("acme/hidden-stage", tiny_files("s3-hidden-stage"))
+    wk.declare("alice-secret", "hf://acme/hidden-stage", workspaces=["private"])
+    assert ensure_model("alice-secret") == "Ready"
+    wk.rewrite(hf_endpoint=hub.url, cleanup_retry_seconds=0.5, cleanup_retry_max_seconds=1)
+    s3.proxy.refuse_deletes = True
+    deletion = in_thread(delete_model, "alice-secret")
+    try:
+        wait_until(lambda: wk.registry.get_model("alice-secret").cleanup_attempts >= 1, what="a refused delete")
+        wk.declare("bob-stage", "hf://acme/hidden-stage", workspaces=["team-a"], owner_name="bob", owner_uid=1001)
+        ensure = in_thread(ensure_model, "bob-stage")
+        message = wait_until(lambda: (m := wk.registry.get_model("bob-stage").message).startswith("Waiting") and m,
+                             what="bob's staging to wait")
+        assert message.startswith("Waiting for deleted another user's model to finish with s3://"), message
+        assert "alice" not in message
+    finally:
+        s3.proxy.refuse_deletes = False
+    deletion.join(60)
+    ensure.join(120)
+    assert deletion.result.get("value") == "Released" and ensure.result.get("value") == "Ready"
+
+
+def test_a_failed_shared_repair_never_shows_one_users_s3_source_to_another(wk, hub, s3):
+    """Alice's and bob's S3 sources hold the same files under the same last segment: their models share one copy.
+    The copy is damaged and alice's object is gone, so its repair (from her source, the copy's first) fails: bob's
+    model says so without naming her source; alice's names it."""
+    source = f"{s3.bucket}-src"
+    s3.client.create_bucket(Bucket=source)
+    files = tiny_files("s3-two-sources")
+    for owner in ("alice", "bob"):
+        for name, body in files.items():
+            s3.put(f"{owner}/llama/{name}", body, bucket=source)
+    shared = dict(workspaces=["team-a"], download_policy="reuse-if-exists")
+    wk.declare("src-alice", f"s3://{source}/alice/llama/", **shared)
+    wk.declare("src-bob", f"s3://{source}/bob/llama/", subpath="models/bob", owner_name="bob", owner_uid=1001,
+               **shared)
+    assert ensure_model("src-alice") == "Ready" and ensure_model("src-bob") == "Ready"
+    (artifact,) = wk.registry.list_artifacts()
+    assert [u.model for u in artifact.users] == ["src-alice", "src-bob"]
+    Path(artifact.path, SHARD).unlink()
+    s3.client.delete_object(Bucket=source, Key=f"alice/llama/{SHARD}")
+    assert reconcile()[artifact.path] == "failed"
+    bob, alice = wk.registry.get_model("src-bob"), wk.registry.get_model("src-alice")
+    for text in (bob.message, bob.local_paths[0].message):
+        assert "alice" not in text.replace(str(wk.root), ""), text
+    assert bob.phase == "Failed" and "could not be fetched again" in bob.message
+    assert f"s3://{source}/alice/llama/{SHARD}" in alice.message  # her own source: named to her
+
+
+def test_botocore_debug_logs_carry_no_session_token_or_signature(wk, hub, s3, monkeypatch, caplog):
+    """With DEBUG logging on, staging and filling from S3 with a session token log neither the token nor a
+    signature (botocore logs the signed headers, the string it signs and the signature at DEBUG)."""
+    token = "wkSessionToken0123456789abcdefSECRET"
+    monkeypatch.setenv("AWS_SESSION_TOKEN", token)
+    hub.add_repo("acme/debug-log", tiny_files("s3-debug-log"))
+    wk.declare("debug-log", "hf://acme/debug-log", workspaces=["team-a"])
+    with caplog.at_level(logging.DEBUG):
+        assert ensure_model("debug-log") == "Ready"
+    assert {"botocore.hooks", "urllib3.connectionpool"} <= {r.name for r in caplog.records}  # DEBUG was on
+    for secret in (token, "Signature", "Credential=", "X-Amz-Security-Token"):
+        assert secret not in caplog.text, secret

@@ -208,3 +208,41 @@ def test_reads_refuse_control_characters_with_422(api):
     assert api.call("DELETE", "/api/v1/models/" + "a" * 64).status_code == 422
     r = api.create("fine", "hf://acme/fine", headers={"Idempotency-Key": "k" * 128})  # the limits themselves pass
     assert r.status_code == 201, r.text
+
+
+def test_a_path_claim_names_no_model_of_another_user(api):
+    """Alice's model holds the directory bob's models want (live, then deleting): bob reads that his path is
+    taken, then that it waits, and never her model's name; a model of alice's own is told which of hers it is."""
+    from test_lifecycle import in_thread, wait_until
+
+    from weightkeeper.errors import DownloadCancelled, DownloadError
+    from weightkeeper.registry import Holder
+    from weightkeeper.tasks.download import _claim
+
+    for name, user in (("alice-hidden", "alice"), ("alice-too", "alice"), ("bob-late", "bob"), ("bob-wait", "bob")):
+        assert api.create(name, "hf://acme/claimed", user, workspaces=["team-a"]).status_code == 201, name
+    reg = api.registry
+    entry = {m.name: m.local_paths[0] for m in reg.list_models()}
+    assert reg.claim_download("alice-hidden", entry["alice-hidden"].id, Holder.here("alice-run"), 60).ok
+
+    def path_message(name: str, user: str) -> str:
+        message = api.call("GET", f"/api/v1/models/{name}", user).json()["localPaths"][0]["message"]
+        return message.replace(entry[name].path, "<path>")
+
+    for name in ("bob-late", "alice-too"):
+        with pytest.raises(DownloadError):
+            _claim(reg, name, entry[name], Holder.here(f"{name}-run"), 60)
+    taken = "<path> is already owned by {}; this entry is not downloaded"
+    assert path_message("bob-late", "bob") == taken.format("another user's model")
+    assert path_message("alice-too", "alice") == taken.format("model 'alice-hidden'")
+
+    reg.mark_deleting("alice-hidden")
+    waiting = in_thread(_claim, reg, "bob-wait", entry["bob-wait"], Holder.here("bob-wait-run"), 60)
+    try:
+        message = wait_until(lambda: (m := path_message("bob-wait", "bob")).startswith("Waiting") and m, 30,
+                             "bob's claim to wait")
+        assert message == "Waiting for deleted another user's model to finish cleaning up <path>"
+    finally:
+        reg.mark_deleting("bob-wait")  # its claim stops at its next poll
+        waiting.join(30)
+    assert isinstance(waiting.result.get("error"), DownloadCancelled)

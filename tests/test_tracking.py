@@ -20,7 +20,10 @@ from test_reuse import SHARDS, commit_files, fetched
 from weightkeeper.desired import in_grace, needed_run, update_due
 from weightkeeper.errors import ConflictError, InvalidInputError
 from weightkeeper.flows.ensure_model import ensure_model
+from weightkeeper.flows.paths import download_to_path
 from weightkeeper.flows.reconcile import reconcile
+from weightkeeper.registry import Holder
+from weightkeeper.tasks.switch import _failed
 
 B_CHANGES = (SHARDS[1], "config.json")
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=timezone.utc)
@@ -223,3 +226,92 @@ def test_a_tracked_model_shares_its_path_with_no_other_model(wk, hub):
     with pytest.raises(InvalidInputError, match="is tracked"):
         from weightkeeper.service import move_model
         move_model(wk.settings, wk.registry, "follower", subpath="models/follow", download_policy="always-download")
+
+
+def test_model_update_refuses_a_revision_while_another_owners_model_shares_the_path(wk, hub):
+    """Two owners declare the same repository, commit and patterns with no subpath: one link serves both. A switch of
+    one would rename a new link over it, so the other would serve v2 while its record says the old commit: the
+    request is refused, naming no other model, and a switch claimed after another model joined the path is held."""
+    from test_cli import cli
+
+    a = hub.add_repo("acme/track-shared-owners", commit_files("A"))
+    hub.add_repo("acme/track-shared-owners", commit_files("B", B_CHANGES), revision="v2")
+    shared = dict(workspaces=["team-a"], download_policy="reuse-if-exists")
+    wk.declare("alices-shared", "hf://acme/track-shared-owners", **shared)
+    wk.declare("bobs-shared", "hf://acme/track-shared-owners", owner_name="bob", owner_uid=1001, **shared)
+    assert ensure_model("alices-shared") == "Ready" and ensure_model("bobs-shared") == "Ready"
+    path = wk.registry.get_model("alices-shared").local_paths[0].path
+    assert wk.registry.get_model("bobs-shared").local_paths[0].path == path
+    before = os.readlink(path)
+    out = cli(wk, "model", "update", "alices-shared", "--revision", "v2", "--wait", check=False)
+    assert out.returncode != 0 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert f"model 'alices-shared' shares {path} with another model" in out.stderr and "bobs" not in out.stderr
+    assert os.readlink(path) == before == f"_artifacts/acme--track-shared-owners/{a}"
+    for name in ("alices-shared", "bobs-shared"):
+        model = wk.registry.get_model(name)
+        assert model.commit == a and model.next_revision is None and model.pending_commit is None
+        assert model.phase == "Ready" and model.revision == "main"
+
+    b = commit_files("B", B_CHANGES)  # the other model joins the path after the request: the switch is held
+    wk.registry.head_checked("alices-shared", "b" * 40, [{"path": n, "size": len(v)} for n, v in b.items()])
+    entry = wk.registry.get_model("alices-shared").local_paths[0]
+    assert wk.registry.claim_switch("alices-shared", entry.id, Holder.here("switch-test"), 30) == "shared"
+    model = wk.registry.get_model("alices-shared")
+    assert model.message.startswith(f"update to {'b' * 40} held: {path} is shared with another model")
+    assert os.readlink(path) == before and wk.registry.get_model("bobs-shared").commit == a
+
+
+def _split(wk, hub, name: str, repo: str, **declared) -> tuple[str, str, str, str, str]:
+    """A model of `repo` in team-a and team-b, Ready on A; B is added (at `main`, or as `declared` says) with a
+    file planted where team-b's copy of B goes, so only team-a's path can switch: (a, b, p1, p2, copies)."""
+    a = hub.add_repo(repo, commit_files("A"))
+    wk.declare(name, f"hf://{repo}", workspaces=["team-a", "team-b"], **declared)
+    assert ensure_model(name) == "Ready"
+    paths = {p.workspace: p.path for p in wk.registry.get_model(name).local_paths}
+    b = hub.add_repo(repo, commit_files("B", B_CHANGES), revision="main" if declared.get("track") else "v2")
+    copies = f"_artifacts/{repo.replace('/', '--')}"
+    (wk.volumes["team-b"] / "models" / copies / b).write_bytes(b"planted")
+    return a, b, paths["team-a"], paths["team-b"], copies
+
+
+@pytest.mark.parametrize("then", ["reverted", "unknown"])
+def test_a_partly_switched_model_goes_back_together_once_its_branch_returns(wk, hub, then):
+    """team-a's path switches to B, team-b's cannot; then the branch goes back to A (or its head cannot be asked):
+    team-a's link goes back to A's copy (team-b's is left as it is), and nothing says the model switched."""
+    wk.rewrite(hf_endpoint=hub.url, track_interval_seconds=0)
+    a, b, p1, p2, copies = _split(wk, hub, "split-track", "acme/track-split", track=True)
+    assert ensure_model("split-track") == "Ready"
+    model = wk.registry.get_model("split-track")
+    assert model.commit == a and model.pending_commit == b and f"update to {b} failed" in model.message
+    assert os.readlink(p1) == f"{copies}/{b}" and os.readlink(p2) == f"{copies}/{a}"
+    p1_link, p2_link = os.lstat(p1).st_ino, os.lstat(p2).st_ino
+    on_b = next(p.id for p in model.local_paths if p.path == p1)
+    assert download_to_path("split-track", on_b).is_completed() and os.lstat(p1).st_ino == p1_link  # on B: settled
+
+    if then == "reverted":
+        hub.add_repo("acme/track-split", commit_files("A"))
+    else:
+        hub.fail_next(1, 403, repo_id="acme/track-split")  # a refusal: the head is not known
+    assert ensure_model("split-track") == "Ready"
+    model = wk.registry.get_model("split-track")
+    assert os.readlink(p1) == os.readlink(p2) == f"{copies}/{a}" and os.lstat(p2).st_ino == p2_link
+    assert model.commit == a and model.pending_commit is None and model.switched_at is None
+    assert model.message.endswith(f"back to {a}, the model's commit, in {p1}, where an unfinished switch left "
+                                  "another commit") and model.message.startswith("back" if then == "reverted" else
+                                                                                 "cannot check main")
+    assert all(p.status == "Ready" for p in model.local_paths)
+    assert _failed(model, p1, a, "gone") == (f"switch of {p1} back to {a} failed: gone; it stays on another commit "
+                                             "until the next check")
+
+
+def test_model_update_that_switches_only_some_paths_switches_them_back(wk, hub):
+    """Not tracked, no later check comes: the path that switched goes back at once, and the CLI says why."""
+    from test_cli import cli
+
+    a, b, p1, p2, copies = _split(wk, hub, "split-once", "acme/track-split-once", download_policy="reuse-if-exists")
+    out = cli(wk, "model", "update", "split-once", "--revision", "v2", "--wait", check=False)
+    assert out.returncode == 1 and f"stays on {a}: update to {b} failed" in out.stderr
+    assert f"back to {a}, the model's commit, in {p1}" in out.stderr
+    assert os.readlink(p1) == os.readlink(p2) == f"{copies}/{a}"
+    model = wk.registry.get_model("split-once")
+    assert model.commit == a and model.pending_commit is None and model.revision == "main"

@@ -360,11 +360,14 @@ class Dir:
 
     def rmdir_if(self, name: str, st: os.stat_result) -> bool:
         """Remove the empty directory `name` if it is still the one `st` describes: True when it went (or
-        nothing stands there), False when another entry took its name (left alone)."""
-        now = self.lstat(name)
-        if now is None:
+        nothing stands there), False when another entry took its name (left alone). `CleanupError` when it is
+        that directory but no longer empty: something still writes into it, so it is kept for a retry."""
+        def same(now: os.stat_result | None) -> bool:
+            return now is not None and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
+
+        if (now := self.lstat(name)) is None:
             return True
-        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+        if not same(now):
             return False
         try:
             self.rmdir(name)  # only ever an empty one, whatever was renamed there since
@@ -373,6 +376,9 @@ class Dir:
         except OSError as e:
             if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                 raise
+            if same(self.lstat(name)):
+                raise CleanupError(f"{self.path(name)} was written to while it was emptied (a download that has "
+                                   "not stopped yet?); it is kept and its removal retried") from None
             return False
         return True
 

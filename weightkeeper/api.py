@@ -109,6 +109,14 @@ def _run(flow_run_id: str | None, note: str) -> dict:
     return {"flowRunId": flow_run_id, "message": note}
 
 
+def run_key(flow: str, model: Model, caller: User, key: str | None) -> str:
+    """The idempotency key of a run started for `model`: the caller's `Idempotency-Key` (a fresh one without) bound
+    to the caller and to this model's registry id, so the same key never answers with another user's run, nor with
+    a run of an earlier model of that name. Hashed: a lease holder keeps it (the key has no control character)."""
+    mine = hashlib.sha256(f"{caller.name}\0{key or uuid.uuid4()}".encode()).hexdigest()
+    return f"api/{flow}/{model.name}/{model.id}/{mine}"
+
+
 @asynccontextmanager
 async def _frozen_heap(_: FastAPI) -> AsyncIterator[None]:
     """Once serving, leave what start-up made (modules, Prefect, SQLAlchemy: ~200,000 objects) out of the
@@ -182,9 +190,9 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
                                      "may change it")
         return model
 
-    def start(flow: str, name: str, key: str | None) -> dict:
+    def start(flow: str, model: Model, caller: User, key: str | None) -> dict:
         try:
-            run_id = start_deployment(registry, settings, flow, name, f"api/{flow}/{name}/{key or uuid.uuid4()}")
+            run_id = start_deployment(registry, settings, flow, model.name, run_key(flow, model, caller, key))
         except NoDeployment as e:
             return _run(None, f"{e}; the next reconcile pass starts it")
         return _run(run_id, f"{flow} run started" if run_id else f"a {flow} run is already working on it")
@@ -212,7 +220,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
                               token_block=body.tokenBlock, download_policy=body.downloadPolicy,
                               keep_files=body.keepFiles, include=body.include, exclude=body.exclude,
                               track=body.track, names_others=caller.admin)
-        return {**view(model, caller), "run": start(ENSURE_FLOW, model.name, key)}
+        return {**view(model, caller), "run": start(ENSURE_FLOW, model, caller, key)}
 
     @app.get("/api/v1/models", responses={422: {"model": Problem}})
     def list_models(caller: Caller,
@@ -245,7 +253,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         harmless: no second run starts while one works on the model."""
         owned(name, caller)
         model = registry.mark_deleting(name)
-        return {**view(model, caller), "run": start(DELETE_FLOW, name, key)}
+        return {**view(model, caller), "run": start(DELETE_FLOW, model, caller, key)}
 
     @app.post("/api/v1/models/{name}/retry", status_code=status.HTTP_202_ACCEPTED,
               responses={404: {"model": Problem}, 409: {"model": Problem}})
@@ -253,7 +261,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         """Make a Failed model Pending again and start ensure-model (409 `NotFailed` in any other phase)."""
         owned(name, caller)
         model = registry.retry_model(name)
-        return {**view(model, caller), "run": start(ENSURE_FLOW, name, key)}
+        return {**view(model, caller), "run": start(ENSURE_FLOW, model, caller, key)}
 
     collectors = metrics_registry(settings, registry)
 

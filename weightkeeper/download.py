@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from itertools import zip_longest
 
 from weightkeeper.anchored import Dir
-from weightkeeper.errors import DownloadError, RedactUrls, UnsafePathError
+from weightkeeper.errors import DownloadError, DropDebug, RedactUrls, UnsafePathError
 from weightkeeper.layout import COMMIT, SEGMENT
 from weightkeeper.watchdog import Pace, Watchdog
 
@@ -47,6 +47,8 @@ HASH_CHUNK = 8 << 20
 
 for _name in ("urllib3.connectionpool", "urllib3.util.retry", "urllib3.poolmanager"):  # they name the URLs they
     logging.getLogger(_name).addFilter(RedactUrls())  # retry or redirect: signed ones too (Hub, S3)
+for _name in ("botocore.endpoint", "botocore.auth", "botocore.parsers"):  # their DEBUG records: signed headers,
+    logging.getLogger(_name).addFilter(DropDebug())  # the string signed and its signature, credentials' bodies
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,15 @@ class RedactUrls(logging.Filter):
         return True
 
 
+class DropDebug(logging.Filter):
+    """For a library's logger whose DEBUG records carry secrets (botocore's: a request's `Authorization` and
+    `X-Amz-Security-Token` headers, the string it signs and the signature, a response body with credentials):
+    those records are dropped; the others pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.DEBUG
+
+
 class WeightkeeperError(Exception):
     """Base class: its message is shown to the user as one line."""
 

@@ -10,7 +10,9 @@ template with these variables through prefect-kubernetes' own `KubernetesWorkerJ
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +22,8 @@ TEMPLATE_PATH = Path(__file__).parent / "kubernetes" / "base-job-template.json"
 VOLUME_NAME = "workspace-volume"
 TOKEN_ENV = "HF_TOKEN"  # the key of the token Secret, and the variable the job reads it from
 AUTH_ENV = "PREFECT_API_AUTH_STRING"  # the Prefect credential: the key of its Secret and the variable read from it
+JOB_MARK = "WEIGHTKEEPER_TOKEN_ENV"  # set in every job by the pool's template (see `weightkeeper.credentials`)
+PR_SET_DUMPABLE = 4
 LABEL = "weightkeeper.io"
 WORKER_ENV = ("PREFECT_API_URL", AUTH_ENV)  # the Prefect settings a worker keeps (see `worker_environment`)
 
@@ -78,6 +82,17 @@ def job_variables(target: KubernetesTarget, *, model: str, owner_name: str, owne
                                 f"kubernetes.token_secret (a Secret in {target.namespace!r} with key {TOKEN_ENV})")
     return {"run_as_user": owner_uid, "run_as_group": owner_uid,
             "labels": {f"{LABEL}/model": model, f"{LABEL}/owner": owner_name, f"{LABEL}/owner-uid": str(owner_uid)}}
+
+
+def shut_job_process() -> None:
+    """In a workspace job, make this process undumpable. It runs as the model's owner with the Prefect credential
+    (which reads every Secret block) and the namespace's token in its environment; undumpable, its `/proc/<pid>/`
+    files are root's and no debugger attaches, so the owner's other processes on the node cannot read them."""
+    if not os.environ.get(JOB_MARK):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed in a workspace job")
 
 
 def secret_env(name: str, secret: str) -> dict:

@@ -2,13 +2,16 @@
 
 Renewal is separate from progress: the renewer writes one transaction per tick for every lease this
 process holds (`Registry.renew_leases`), whatever their number. A lease another run took over sets
-`lost`; a path or staging lease of a model being deleted sets `stop`. The work checks `held.stopped`.
+`lost`; a path or staging lease of a model being deleted sets `stop`. The work checks `held.stopped`, which
+also holds once the lease went unrenewed for LAPSE_SHARE of its time (the registry cut off or hung): the work
+stops before the lease lapses and another run may take it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,6 +20,7 @@ from weightkeeper.registry import Holder, Registry
 
 logger = logging.getLogger("weightkeeper.lease")
 MIN_PERIOD_SECONDS = 0.2
+LAPSE_SHARE = 0.75  # unrenewed for this share of its lease, a holder stops: others may take it at 1.0
 
 
 @dataclass(eq=False)
@@ -28,10 +32,16 @@ class Held:
     seconds: float
     lost: threading.Event = field(default_factory=threading.Event)  # another run took it over
     stop: threading.Event = field(default_factory=threading.Event)  # its model is being deleted or is gone
+    renewed_at: float = field(default_factory=time.monotonic)  # when its last renewal that held was sent
+
+    @property
+    def lapsing(self) -> bool:
+        """Not renewed for LAPSE_SHARE of its time: it may lapse before this process hears again."""
+        return time.monotonic() - self.renewed_at > self.seconds * LAPSE_SHARE
 
     @property
     def stopped(self) -> bool:
-        return self.lost.is_set() or self.stop.is_set()
+        return self.lost.is_set() or self.stop.is_set() or self.lapsing
 
 
 class Renewer:
@@ -72,14 +82,17 @@ class Renewer:
 
     @staticmethod
     def renew(group: list[Held]) -> None:
+        sent = time.monotonic()
         try:
-            lost, stop = group[0].registry.renew_leases((h.kind, h.key, h.holder.run, h.seconds) for h in group)
+            lost, stop = group[0].registry.renew_leases((h.kind, h.key, h.holder, h.seconds) for h in group)
         except Exception as e:  # noqa: BLE001 - the registry may be restarting; a lease outlives a few misses
             logger.warning("could not renew %d lease(s): %s", len(group), e)
             return
         for h in group:
             if (h.kind, h.key) in lost:
                 h.lost.set()
+            else:
+                h.renewed_at = sent
             if (h.kind, h.key) in stop:
                 h.stop.set()
 

@@ -287,6 +287,7 @@ def prefect_api(home: Path, port: int | None = None, host: str = LOOPBACK, alway
                                 f"else pick another port")
     port = port or free_port()
     url = f"http://{connect_host(host)}:{port}/api"
+    _private(home / PREFECT_DIR)
     env = dict(os.environ, **{PARENT_ENV: str(os.getpid())}, PREFECT_HOME=str(home / PREFECT_DIR),
                PREFECT_PROFILES_PATH=str(PREFECT_PROFILES_PATH.value()))  # the operator's profile still applies
     env.setdefault("PREFECT_UI_API_URL", "/api")  # the UI asks the server that serves it, whatever its address
@@ -306,6 +307,14 @@ def prefect_api(home: Path, port: int | None = None, host: str = LOOPBACK, alway
     finally:
         stop_server()
         atexit.unregister(stop_server)
+
+
+def _private(directory: Path) -> None:
+    """Make the server's Prefect home the operator's alone (0700, also one an earlier version left open): its
+    database holds the Secret blocks and the key they are encrypted with."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if stat.S_IMODE(directory.lstat().st_mode) & 0o077:
+        directory.chmod(0o700)
 
 
 def client_environment(url: str, home: Path) -> dict[str, str]:

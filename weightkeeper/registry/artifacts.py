@@ -10,7 +10,7 @@ from sqlalchemy import select
 from weightkeeper.errors import NotFoundError
 from weightkeeper.phase import derive_phase
 from weightkeeper.registry.common import DELETING, FAILED, READY, _utc, scrub_message, utcnow
-from weightkeeper.registry.leases import Kind, Lease
+from weightkeeper.registry.leases import Kind, Lease, held_by
 from weightkeeper.registry.schema import ArtifactRow, LocalPathRow, ModelRow
 
 A_PENDING, A_DOWNLOADING, A_READY, A_REPAIRING, A_FAILED = "Pending", "Downloading", "Ready", "Repairing", "Failed"
@@ -113,7 +113,7 @@ class ArtifactOps:
         with self._tx() as s:
             row = self._artifact(s, artifact_id)
             lease = self._lease_row(s, Kind.ARTIFACT, row.id)
-            if holder is not None and lease is not None and lease.holder != holder.run:
+            if holder is not None and lease is not None and not held_by(lease, holder):
                 return
             row.state, row.message, row.updated_at = state, scrub_message(message), utcnow()
             if size_bytes is not None:
@@ -149,10 +149,11 @@ class ArtifactOps:
         with self._tx() as s:
             self._path(self._model(s, name), path_id).artifact_id = artifact_id
 
-    def set_users(self, artifact_id: int, status: str, message: str) -> list[str]:
+    def set_users(self, artifact_id: int, status: str, message: str, by_owner: dict[str, str] | None = None
+                  ) -> list[str]:
         """Set the status of every live path linked to a copy (Failed during repair, Ready after) and
-        the phase of their models to match; returns the models touched."""
-        message = scrub_message(message)
+        the phase of their models to match, with `message` (`by_owner`: an owner's models get theirs instead);
+        returns the models touched."""
         with self._tx() as s:
             rows = s.scalars(select(LocalPathRow).where(LocalPathRow.artifact_id == artifact_id)).all()
             touched = []
@@ -160,13 +161,14 @@ class ArtifactOps:
                 model = self._model(s, p.model.name)
                 if model.phase == DELETING:
                     continue
-                p.status, p.message, p.updated_at = status, message, utcnow()
+                text = scrub_message((by_owner or {}).get(model.owner_name, message))
+                p.status, p.message, p.updated_at = status, text, utcnow()
                 if p.retired:  # an old path never decides its model's phase
                     continue
                 if status == FAILED:
-                    model.phase, model.message = FAILED, message
+                    model.phase, model.message = FAILED, text
                 elif derive_phase(model.phase, model.message, model.paths)[0] == READY:
-                    model.phase, model.message = READY, message
+                    model.phase, model.message = READY, text
                 touched.append(model.name)
             return touched
 

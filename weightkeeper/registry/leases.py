@@ -2,7 +2,8 @@
 
 A lease names its holder (a run id, the host, the process id and start time) and when it lapses. It can be
 taken when nobody holds it, when its holder asks again, when it lapsed, or at once when its holder was a
-process on this host that is gone (pid and start time: a reused pid is another process). `takeable` is
+process on this host that is gone (pid and start time: a reused pid is another process). A holder is all four:
+a second process of one run (a rescheduled pod, a re-run engine) is another holder, never the same one. `takeable` is
 that rule, pure; the registry takes, renews and drops leases inside the transactions that change what they
 guard, and `weightkeeper.lease` renews them from one thread per process.
 """
@@ -65,17 +66,22 @@ def abandoned(lease: Lease, now: datetime, here: str, alive: Callable[[Holder], 
 
 def takeable(lease: Lease | None, holder: Holder, now: datetime, here: str,
              alive: Callable[[Holder], bool] = process_alive) -> bool:
-    """`holder` may take the lease: free, its own, or abandoned."""
-    return lease is None or lease.holder.run == holder.run or abandoned(lease, now, here, alive)
+    """`holder` may take the lease: free, its own (the same run in the same process), or abandoned."""
+    return lease is None or lease.holder == holder or abandoned(lease, now, here, alive)
 
 
 def takeover(lease: Lease, holder: Holder, now: datetime, here: str,
              alive: Callable[[Holder], bool] = process_alive) -> str | None:
     """Why taking `lease` for `holder` takes it from another run: `abandoned` (it lapsed, or its process is gone)
     or `preempted` (a live run's, taken by force); None for its own lease or a reservation (no work is lost)."""
-    if lease.holder.run == holder.run or lease.holder.is_reservation:
+    if lease.holder == holder or lease.holder.is_reservation:
         return None
     return "abandoned" if abandoned(lease, now, here, alive) else "preempted"
+
+
+def held_by(row: LeaseRow, holder: Holder) -> bool:
+    """The lease row names `holder`: its run, host, process and start time."""
+    return (row.holder, row.host, row.pid, row.started) == (holder.run, holder.host, holder.pid, holder.started)
 
 
 def as_lease(row: LeaseRow) -> Lease:
@@ -108,7 +114,7 @@ class LeaseOps:
             s.add(row)
         elif reason := takeover(as_lease(row), holder, now, this_host()):
             self._add(s, LEASE_TAKEOVERS, kind=kind, reason=reason)
-        if row.holder != holder.run:
+        if not held_by(row, holder):
             row.acquired_at = now
         row.holder, row.host, row.pid, row.started = holder.run, holder.host, holder.pid, holder.started
         row.purpose, row.expires_at = purpose, now + timedelta(seconds=seconds)
@@ -117,14 +123,16 @@ class LeaseOps:
     def _holds(self, s, kind: str, key: int, holder: Holder | None) -> bool:
         """`holder` holds the lease (None: whoever, or nobody)."""
         row = self._lease_row(s, kind, key)
-        return holder is None or (row is not None and row.holder == holder.run)
+        return holder is None or (row is not None and held_by(row, holder))
 
     @staticmethod
     def _drop(s, kind: str, key: int | Iterable[int], holder: Holder | None = None) -> None:
         """Release the lease (only `holder`'s, unless None)."""
         keys = [key] if isinstance(key, int) else list(key)
         query = delete(LeaseRow).where(LeaseRow.kind == kind, LeaseRow.key.in_(keys))
-        s.execute(query if holder is None else query.where(LeaseRow.holder == holder.run))
+        s.execute(query if holder is None else query.where(
+            LeaseRow.holder == holder.run, LeaseRow.host == holder.host, LeaseRow.pid == holder.pid,
+            LeaseRow.started == holder.started))
 
     @staticmethod
     def _leases(s, kind: str, keys: Iterable[int]) -> dict[int, Lease]:
@@ -143,15 +151,15 @@ class LeaseOps:
         with self._tx() as s:
             self._drop(s, kind, key, holder)
 
-    def renew_leases(self, held: Iterable[tuple[str, int, str, float]]) -> tuple[set, set]:
-        """Renew each (kind, key, run, seconds) still held by `run`, in one transaction. Returns the ones lost
+    def renew_leases(self, held: Iterable[tuple[str, int, Holder, float]]) -> tuple[set, set]:
+        """Renew each (kind, key, holder, seconds) still held by `holder`, in one transaction. Returns the ones lost
         (taken over or released) and, of the rest, the ones whose work must stop: a path, staging or run
         or staging lease of a model that is being deleted or is gone (cleanup leases never stop)."""
         held, lost, stop, now = list(held), set(), set(), utcnow()
         with self._tx() as s:
-            for kind, key, run, seconds in held:
+            for kind, key, holder, seconds in held:
                 row = s.get(LeaseRow, (kind, key))
-                if row is None or row.holder != run:
+                if row is None or not held_by(row, holder):
                     lost.add((kind, key))
                 else:
                     row.expires_at = now + timedelta(seconds=seconds)

@@ -30,7 +30,7 @@ from weightkeeper.planning import Plan, capacity_problem, path_decision, workspa
 from weightkeeper.registry.artifacts import ArtifactOps
 from weightkeeper.registry.budget import BudgetOps
 from weightkeeper.registry.copies import CopyOps
-from weightkeeper.registry.leases import CLEANUP, Kind, Lease, LeaseOps, as_lease
+from weightkeeper.registry.leases import CLEANUP, Kind, Lease, LeaseOps, as_lease, held_by
 from weightkeeper.registry.listing import ListOps
 from weightkeeper.registry.metrics import CLEANUP_FAILURES, MetricOps
 from weightkeeper.registry.runs import RunLease, RunOps
@@ -141,14 +141,21 @@ class Model:
 
 @dataclass(frozen=True)
 class Claim:
-    """Outcome of a claim: `claimed`, `deleting`, `busy` (another worker), `wait` or `taken` (another model)."""
+    """Outcome of a claim: `claimed`, `deleting`, `busy` (another worker), `wait` or `taken` (another model,
+    `foreign` when another user's)."""
 
     outcome: str
     other: str | None = None
+    foreign: bool = False
 
     @property
     def ok(self) -> bool:
         return self.outcome == "claimed"
+
+    @property
+    def who(self) -> str:
+        """The other model as the claimant's owner may read it: another user's is not named."""
+        return "another user's model" if self.foreign else f"model {self.other!r}"
 
 
 @dataclass(frozen=True)
@@ -563,11 +570,11 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
                 return Claim("deleting")
             if busy := self._blocker(s, Kind.STAGING, row.id, holder):
                 return Claim("busy", busy.describe())
-            other = s.scalars(select(ModelRow.name).where(
+            other = s.execute(select(ModelRow.name, ModelRow.owner_name).where(
                 ModelRow.staging_uri == uri, ModelRow.staging_owned.is_(True), ModelRow.phase == DELETING,
                 ModelRow.id != row.id)).first()
             if other:
-                return Claim("wait", other)
+                return Claim("wait", other.name, other.owner_name != row.owner_name)
             self._take(s, Kind.STAGING, row.id, holder, lease_seconds)
             row.staging_uri, row.staging_owned = uri, True
             row.phase, row.message = STAGING, f"staging {row.repo_id}@{(row.commit or '')[:12]} to {uri}"
@@ -661,7 +668,8 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
                 return Claim("busy", busy.describe())
             decision, other = path_decision(self._owners(s, p.cluster, p.path, row))
             if decision != "free":
-                return Claim(decision, other)
+                owner = s.scalar(select(ModelRow.owner_name).where(ModelRow.name == other))
+                return Claim(decision, other, owner != row.owner_name)
             if nested := self._nested(s, p.cluster, p.path, row, row.owner_name):
                 return Claim("nested", nested)
             self._take(s, Kind.PATH, p.id, holder, lease_seconds, "download")
@@ -697,9 +705,11 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
                 p.message = scrub_message(message)
             return True
 
-    def path_downloaded(self, name: str, path_id: int, holder: Holder | None, size_bytes: int, message: str) -> None:
-        """The path is complete (Ready, `size_bytes`); its lease is released."""
-        self._finish(name, path_id, holder, READY, message, size_bytes)
+    def path_downloaded(self, name: str, path_id: int, holder: Holder | None, size_bytes: int, message: str) -> bool:
+        """The path is complete (Ready, `size_bytes`); its lease is released. False, and nothing recorded, unless
+        `holder` still holds the path: a run whose lease was dropped (by a delete, or another run's end) or taken
+        has nothing to vouch for. `holder` None: every file was just hashed here, whoever holds it."""
+        return self._finish(name, path_id, holder, READY, message, size_bytes)
 
     def path_failed(self, name: str, path_id: int, holder: Holder | None, message: str) -> None:
         """The path's work failed for good (Failed); its lease is released. `holder` None: refused before any
@@ -711,18 +721,21 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
         self._finish(name, path_id, holder, PENDING, message)
 
     def _finish(self, name: str, path_id: int, holder: Holder | None, status: str, message: str,
-                size_bytes: int | None = None) -> None:
-        """Record the outcome of a path's work and release its lease, unless another run holds the path."""
+                size_bytes: int | None = None) -> bool:
+        """Record the outcome of a path's work and release its lease, unless another run holds the path (Ready:
+        unless `holder` holds it). False when nothing was recorded."""
         with self._tx() as s:
             row = self._model(s, name)
             p = self._path(row, path_id)
-            if (lease := self._lease_row(s, Kind.PATH, p.id)) is not None and holder is not None \
-                    and lease.holder != holder.run:
-                return
+            lease = self._lease_row(s, Kind.PATH, p.id)
+            mine = holder is None or lease is not None and held_by(lease, holder)
+            if not mine and (lease is not None or status == READY):  # another run's, or a Ready vouched by no holder
+                return False
             p.status, p.message, p.updated_at = status, scrub_message(message), utcnow()
             if size_bytes is not None:
                 p.size_bytes = p.bytes_done = size_bytes
             self._drop(s, Kind.PATH, p.id)
+            return True
 
     def fail_over(self, name: str, path_id: int, workspace: str, limit: int) -> bool:
         """Move a path whose job crashed to another workspace (same cluster and volume root, so the same

@@ -12,11 +12,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from sqlalchemy import and_, or_, select
+from sqlalchemy.orm import Session
 
 from weightkeeper.errors import ConflictError
 from weightkeeper.registry.common import DELETING, READY, scrub_message, utcnow
 from weightkeeper.registry.leases import Kind
-from weightkeeper.registry.schema import ArtifactRow, ModelRow
+from weightkeeper.registry.schema import ArtifactRow, LocalPathRow, ModelRow
 
 
 def update_due(now: datetime, interval: float):
@@ -32,20 +33,30 @@ class UpdateOps:
     """Mixed into `Registry`; uses its `_tx`, `_model`, `_path` and lease helpers."""
 
     def request_revision(self, name: str, revision: str) -> None:
-        """Ask a Ready model to switch to `revision` once."""
-        with self._tx() as s:
+        """Ask a Ready model to switch to `revision` once, unless another live model shares one of its paths."""
+        with self._tx(path_lock=True) as s:
             row = self._model(s, name)
             if row.phase == DELETING:
                 raise ConflictError(f"model {name!r} is being deleted; it cannot be changed", "ResourceProcessing")
             if row.phase != READY:
                 raise ConflictError(f"model {name!r} is {row.phase}; a revision can be switched once it is Ready",
                                     "NotReady")
+            if shared := next((p.path for p in row.paths if not p.retired and self._shared(s, row, p)), None):
+                raise ConflictError(f"model {name!r} shares {shared} with another model, whose link a switch would "
+                                    f"move too; give it a path of its own first (model update {name} --subpath S)",
+                                    "PathShared")
             row.next_revision, row.head_checked_at, row.updated_at = revision, None, utcnow()
+
+    def _shared(self, s: Session, row: ModelRow, p: LocalPathRow) -> bool:
+        """Another live model also puts files at the model's path `p` (`_owners`): one link serves both, so a switch
+        would move the other model's files too."""
+        return any(not deleting for _, deleting in self._owners(s, p.cluster, p.path, row, share=False))
 
     def head_checked(self, name: str, commit: str | None, files: list[dict], held: str | None = None) -> bool:
         """Record the commit the revision points at now (None: it could not be asked, and a revision asked for
         is dropped); True when the model has to switch to it (it is pending). `held`: why it may not (recorded
-        as the model's message instead)."""
+        as the model's message instead). With nothing to switch to, paths an unfinished switch left on another
+        commit switch back to the model's (`_switch_back`)."""
         with self._tx() as s:
             row = self._model(s, name)
             row.head_checked_at = row.updated_at = utcnow()
@@ -59,14 +70,34 @@ class UpdateOps:
                     _settle_revision(row)
                 elif commit is None:
                     row.next_revision = None
-                return False
+                return self._switch_back(s, row, held)
             row.pending_commit, row.pending_files = commit, files
             row.message = scrub_message(f"downloading {commit} beside {row.commit} to switch to it")
             return True
 
+    def _strays(self, s: Session, row: ModelRow) -> list[str]:
+        """The model's live Ready paths whose link names a copy of another commit than the model's (a switch that
+        did not finish left them there)."""
+        live = [p for p in row.paths if not p.retired and p.status == READY and p.artifact_id]
+        commits = dict(s.execute(select(ArtifactRow.id, ArtifactRow.commit).where(
+            ArtifactRow.id.in_([p.artifact_id for p in live] or [-1]))).all())
+        return [p.path for p in live if commits.get(p.artifact_id, row.commit) != row.commit]
+
+    def _switch_back(self, s: Session, row: ModelRow, held: str | None) -> bool:
+        """With nothing to switch to, the model's commit is pending when a path is on another (True): the switch
+        machinery links those paths back to its copy, and leaves the others be (`claim_switch`)."""
+        if not (strays := self._strays(s, row)):
+            return False
+        row.pending_commit, row.pending_files = row.commit, row.files
+        row.message = scrub_message(f"{held + '; ' if held else ''}back to {row.commit}, the model's commit, in "
+                                    f"{', '.join(strays)}, where an unfinished switch left another commit")
+        return True
+
     def claim_switch(self, name: str, path_id: int, holder, lease_seconds: float) -> str:
-        """Take a Ready path to switch it to the model's pending commit: `claimed`, `deleting`, `busy` or
-        `settled` (nothing pending, or the path is not a Ready link to a shared copy). Its status stays Ready."""
+        """Take a Ready path to switch it to the model's pending commit: `claimed`, `deleting`, `busy`, `shared`
+        (another live model has the path: held, with a message) or `settled` (nothing pending, the path is
+        not a Ready link to a shared copy, or it links to a copy of the pending commit already). Its status stays
+        Ready."""
         with self._tx(path_lock=True) as s:
             row = self._model(s, name)
             p = self._path(row, path_id)
@@ -74,6 +105,14 @@ class UpdateOps:
                 return "deleting"
             if row.phase != READY or not row.pending_commit or p.status != READY or p.retired:
                 return "settled"
+            if p.artifact_id and s.scalar(select(ArtifactRow.commit).where(
+                    ArtifactRow.id == p.artifact_id)) == row.pending_commit:
+                return "settled"
+            if self._shared(s, row, p):  # another model took the path since the switch was asked for
+                held = (f"update to {row.pending_commit} held: {p.path} is shared with another model, whose link a "
+                        f"switch would move too; it stays on {row.commit}")
+                p.message = row.message = held
+                return "shared"
             if self._take(s, Kind.PATH, p.id, holder, lease_seconds, "switch"):
                 return "busy"
             return "claimed"
@@ -104,10 +143,15 @@ class UpdateOps:
 
     def model_switched(self, name: str) -> tuple[str, str] | None:
         """Record the pending commit as the model's once every live path links to a copy of it: (from, to), or
-        None while a path has not switched."""
+        None while a path has not switched, and for paths switched back to the model's own commit (nothing pending
+        once none is left on another; the message `_switch_back` wrote stays)."""
         with self._tx() as s:
             row = self._model(s, name)
             if row.phase != READY or not row.pending_commit:
+                return None
+            if row.pending_commit == row.commit:
+                if not self._strays(s, row):
+                    row.pending_commit = row.pending_files = None
                 return None
             live = [p for p in row.paths if not p.retired]
             commits = dict(s.execute(select(ArtifactRow.id, ArtifactRow.commit).where(
