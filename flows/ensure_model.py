@@ -70,8 +70,8 @@ def follow(name: str) -> str:
     if switching:
         _switch(name)
         model = registry.get_model(name)
-        # not tracked, no next check comes: a revision that some paths did not reach is dropped, and those that
-        # did switch back at once (`head_checked` with the failure as what holds it)
+        # not tracked, no check comes by itself: a revision some paths did not reach is held (asked again by the
+        # next `model update` or `model ensure`), and those that did go back at once (`head_checked`, held)
         if not model.track and model.pending_commit not in (None, model.commit) and registry.head_checked(
                 name, model.pending_commit, model.pending_files or [], held=model.message):
             _switch(name)

@@ -42,7 +42,8 @@ def download_to_path(name: str, path_id: int):
         name, path_id, snapshot, return_state=True)
     if not state.is_completed():
         return state
-    return record_size.with_options(task_run_name=f"record-size-{name}-{ws}")(name, path_id)
+    sized = record_size.with_options(task_run_name=f"record-size-{name}-{ws}")(name, path_id, return_state=True)
+    return sized.result() if sized.is_completed() else sized
 
 
 @flow(name=CLEAN_FLOW)

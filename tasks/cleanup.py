@@ -34,7 +34,7 @@ from weightkeeper.sources import limits, s3_client
 
 STOP_POLL_SECONDS = 1.0
 TERM_GRACE_SECONDS = 10.0
-RUNS_PAGE = 200  # flow runs read per request (the server's default limit)
+RUNS_PAGE = 100  # flow runs read per request (at most the server's limit, 200 by default)
 
 
 def _alive_here(holder: Holder) -> bool:
@@ -113,16 +113,16 @@ def _job_pods(settings: Settings, model: Model) -> list[str]:
 
 
 def _job_runs(name: str, workspace: str) -> list:
-    """Every download run of the model in the workspace (page by page: a server answers at most a page), its
-    unfinished ones asked to cancel."""
+    """Every download run of the model in the workspace (page by page: a server answers at most a page; by its
+    parameters too, as `a` in `b-c` and `a-b` in `c` name their runs alike), its unfinished ones asked to cancel."""
     named = FlowRunFilter(name=FlowRunFilterName(any_=[job_run_name(DOWNLOAD_FLOW, name, workspace)]))
     runs: list = []
     with get_client(sync_client=True) as client:
+        read = 0
         while page := client.read_flow_runs(flow_run_filter=named, sort=FlowRunSort.ID_DESC, limit=RUNS_PAGE,
-                                            offset=len(runs)):
-            runs += page
-            if len(page) < RUNS_PAGE:
-                break
+                                            offset=read):
+            read += len(page)
+            runs += [run for run in page if run.parameters.get("name") == name]
         for run in runs:
             if run.state and not run.state.is_final() and not run.state.is_cancelling():
                 client.set_flow_run_state(run.id, Cancelled() if run.state.is_scheduled() else Cancelling(

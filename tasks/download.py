@@ -433,7 +433,9 @@ def record_size(name: str, path_id: int) -> int:
     if registry.get_model(name).download_policy == REUSE_IF_EXISTS and entry.artifact_id is None:
         note = " (own copy: the model's own directory was there before it shared, so it was kept)"
     if not registry.path_downloaded(name, path_id, path_holder(path_id), size, f"{size} bytes{note}"):
-        raise DownloadCancelled(f"{entry.path} was not marked Ready: this run no longer holds it (its lease was "
-                                "dropped or taken over); the run that holds it, or the next pass, decides")
+        message = (f"{entry.path} was not marked Ready: this run no longer holds it (its lease was dropped or taken "
+                   "over); the run that holds it, or the next pass, decides")
+        get_run_logger().warning("%s: %s", name, message)
+        return Cancelled(message=message)
     get_run_logger().info("%s: %s is Ready, %d bytes", name, entry.path, size)
     return size

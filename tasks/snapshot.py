@@ -36,7 +36,7 @@ def pinned(model: Model) -> Snapshot | None:
     return None
 
 
-def _job_token_not_its_own(settings: Settings, model: Model) -> bool:
+def job_token_not_its_own(settings: Settings, model: Model) -> bool:
     """The model's files will be fetched with a token other than its own block's: a Kubernetes workspace's job
     reads its namespace's `token_secret` for any model that names a block. Its own must then prove it may read
     them (as for a copy another model fetched), or naming any block would lend it the namespace's access."""
@@ -61,7 +61,7 @@ def resolve_revision(name: str) -> Snapshot:
             snapshot = resolve(settings, registry, source, model.token_block, model.include, model.exclude,
                                lambda seconds: seconds is not None and registry.set_message(name,
                                                                                             budget_message(seconds)))
-        if _job_token_not_its_own(settings, model):
+        if job_token_not_its_own(settings, model):
             check_access(settings, registry, model.source, model.token_block, snapshot)
     except DownloadError as e:
         if e.permanent:

@@ -22,7 +22,7 @@ from weightkeeper.registry.common import READY
 from weightkeeper.registry.leases import Kind
 from weightkeeper.sources import check_access, resolve
 from weightkeeper.tasks.download import Reporter, _entry, link_shared_copy, path_holder
-from weightkeeper.tasks.snapshot import _job_token_not_its_own, retry_transient
+from weightkeeper.tasks.snapshot import job_token_not_its_own, retry_transient
 
 
 def pending(model: Model) -> Snapshot | None:
@@ -51,7 +51,7 @@ def _held(settings, registry, model: Model, snapshot: Snapshot) -> str | None:
 def _refused(settings, registry, model: Model, snapshot: Snapshot) -> str | None:
     """Why the switch must wait: the new commit's files would be fetched with the namespace's token (a Kubernetes
     job's), and the model's own token block may not read them (one request; network trouble is raised, retried)."""
-    if not _job_token_not_its_own(settings, model):
+    if not job_token_not_its_own(settings, model):
         return None
     try:
         check_access(settings, registry, model.source, model.token_block, snapshot)

@@ -241,8 +241,9 @@ def verify_model_path(name: str, path_id: int) -> str:
     if not problems:
         if not deep:
             return "checked"
-        if entry.status != READY:  # complete and correct after all: the path is Ready again
-            _restore_path(settings, registry, name, path_id, None, entry.path, entry.made, "verified complete")
+        if entry.status != READY and not _restore_path(settings, registry, name, path_id, None, entry.path,
+                                                       entry.made, "verified complete"):
+            return "busy"  # complete and correct after all, but another run works on the path now
         registry.set_path_verified(name, path_id, READY)
         return "verified"
     holder = Holder.here(f"repair/{flow_run.id or 'process'}/{path_id}")

@@ -9,10 +9,12 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -320,11 +322,11 @@ def test_delete_waits_until_no_pod_of_a_download_run_remains(wk, hub, tmp_path):
     path = Path(wk.registry.get_model("kube").local_paths[0].path)
 
     @flow(name="download-to-path")
-    def stand_in() -> None:  # a download run whose job a Kubernetes worker started
+    def stand_in(name: str) -> None:  # a download run whose job a Kubernetes worker started
         pass
 
     with get_client(sync_client=True) as client:
-        run = client.create_flow_run(stand_in, name="download-kube-gpu", state=Running())
+        run = client.create_flow_run(stand_in, name="download-kube-gpu", parameters={"name": "kube"}, state=Running())
     cluster.pods[("team-a", str(run.id))] = [("download-kube-gpu-x7k2p", "Running")]
     try:
         deletion = in_thread(delete_model, "kube")
@@ -345,12 +347,12 @@ def test_delete_waits_until_no_pod_of_a_download_run_remains(wk, hub, tmp_path):
 
 
 def test_delete_waits_for_a_pod_left_in_the_workspace_a_path_failed_over_from(wk, hub, tmp_path, monkeypatch):
-    """The path's job crashed in workspace gpu and moved to gpu-b; gpu's pod still runs, under one of many runs of
-    that name (more than a page of them), its run long marked Cancelled. The delete finds it all the same and
-    cleans nothing until it is gone."""
+    """The path's job crashed in workspace gpu and moved to gpu-b; gpu's pods still run, under many runs of that name
+    (more than a page of them), some long marked Cancelled. The delete finds every one and cleans nothing until they
+    are gone; another model's run whose name is alike is neither cancelled nor waited for."""
     from prefect import flow
     from prefect.client.orchestration import get_client
-    from prefect.states import Cancelled, Completed
+    from prefect.states import Cancelled, Completed, Running
 
     from conftest import tiny_files
     from fakekube import FakeKubernetes
@@ -388,31 +390,41 @@ def test_delete_waits_for_a_pod_left_in_the_workspace_a_path_failed_over_from(wk
     assert wk.registry.fail_over("kube-moved", entry.id, "gpu-b", 3)
 
     @flow(name="download-to-path")
-    def stand_in() -> None:  # download runs whose jobs a Kubernetes worker started in gpu
+    def stand_in(name: str) -> None:  # download runs whose jobs a Kubernetes worker started in gpu
         pass
 
     monkeypatch.setattr(cleanup, "RUNS_PAGE", 2)
     with get_client(sync_client=True) as client:
-        runs = [client.create_flow_run(stand_in, name="download-kube-moved-gpu", state=state).id
+        runs = [client.create_flow_run(stand_in, name="download-kube-moved-gpu", parameters={"name": "kube-moved"},
+                                       state=state).id
                 for state in (Completed(), Cancelled(), Completed(), Completed(), Cancelled())]
-    left = str(runs[1])
-    cluster.pods[("team-a", left)] = [("download-kube-moved-gpu-q9z", "Running")]
+        # model kube's run in a workspace moved-gpu has the same name: neither cancelled nor waited for
+        alike = client.create_flow_run(stand_in, name="download-kube-moved-gpu", parameters={"name": "kube"},
+                                       state=Running()).id
+    cluster.pods[("team-a", str(alike))] = [("download-kube-moved-gpu-a1b", "Running")]
+    for i, run in enumerate(runs):  # each run's pod still there, whichever page it is on
+        cluster.pods[("team-a", str(run))] = [(f"download-kube-moved-gpu-q{i}", "Running")]
     try:
         deletion = in_thread(delete_model, "kube-moved")
-        wait_until(lambda: "pod team-a/download-kube-moved-gpu-q9z" in wk.registry.get_model("kube-moved").message,
-                   what="delete to wait for the pod")
+        pods = [f"pod team-a/download-kube-moved-gpu-q{i}" for i in range(len(runs))]
+        wait_until(lambda: all(pod in wk.registry.get_model("kube-moved").message for pod in pods),
+                   what="delete to wait for every pod")
+        assert "a1b" not in wk.registry.get_model("kube-moved").message
         assert Path(entry.path).is_dir() and wk.registry.get_model("kube-moved").local_paths
-        cluster.pods[("team-a", left)] = [("download-kube-moved-gpu-q9z", "Succeeded")]
+        for i, run in enumerate(runs):
+            cluster.pods[("team-a", str(run))] = [(f"download-kube-moved-gpu-q{i}", "Succeeded")]
         deletion.join(60)
         assert deletion.result.get("value") == "Released" and not os.path.lexists(entry.path)
+        with get_client(sync_client=True) as client:
+            assert client.read_flow_run(alike).state.is_running()
     finally:
         cluster.stop()
 
 
 def test_a_jobs_secrets_are_not_readable_by_its_owners_other_processes():
     """A job runs as the model's owner (here: nobody) with the Prefect credential and the namespace's token in its
-    environment. The owner's shell on the node, the same uid, tries to read them from `/proc`: refused. The job's
-    command (`python -m weightkeeper.job`, the pool's template) is Prefect's `flow-run execute`."""
+    environment. The owner's shell on the node, the same uid, tries to read them from `/proc`: refused, also from
+    the job's real command (`python -m weightkeeper.job`, the pool's template) while it runs Prefect's engine."""
     import weightkeeper
 
     as_owner = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c"]
@@ -442,12 +454,32 @@ def test_a_jobs_secrets_are_not_readable_by_its_owners_other_processes():
             assert shell.returncode == 0
         finally:
             outside.communicate("")
+        home = code / "home"  # the owner's: Prefect writes its settings there
+        home.mkdir(mode=0o777)
+        home.chmod(0o777)
+        with socket.socket() as api:  # a Prefect API that never answers: the job waits for its flow run
+            api.bind(("127.0.0.1", 0))
+            api.listen()
+            api.settimeout(120)
+            command = subprocess.Popen([*as_owner[:-1], "-m", "weightkeeper.job"], cwd=code, env={
+                **env, "HOME": str(home), "PREFECT_HOME": str(home / ".prefect"),
+                "PREFECT_API_URL": f"http://127.0.0.1:{api.getsockname()[1]}/api",
+                "PREFECT__FLOW_RUN_ID": str(uuid.uuid4())}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                asked, _ = api.accept()  # the job's command is running Prefect's engine: its secrets are in it
+                shell = subprocess.run([*as_owner, f"open('/proc/{command.pid}/environ', 'rb').read()"],
+                                       capture_output=True, text=True)
+                assert shell.returncode != 0 and "PermissionError" in shell.stderr, shell.stdout[:200]
+                asked.close()
+            finally:
+                command.kill()
+                command.wait()
     finally:
         job.communicate("")
         shutil.rmtree(code)
     command = subprocess.run([sys.executable, "-m", "weightkeeper.job"], capture_output=True, text=True, timeout=120,
                              env={k: v for k, v in env.items() if k not in ("PYTHONPATH", "PREFECT__FLOW_RUN_ID")})
-    assert command.returncode == 1 and "Could not determine the ID of the flow run" in command.stdout + command.stderr
+    assert command.returncode == 1 and "Invalid flow run id" in command.stdout + command.stderr
 
 
 def test_worker_manifests_from_the_cli(tmp_path):

@@ -73,7 +73,9 @@ def test_a_second_process_of_one_run_is_another_holder(tmp_path):
 
 def test_a_run_whose_lease_was_dropped_never_marks_the_path_ready(tmp_path):
     """A run paused before it measured its path; meanwhile its lease was dropped and the path is another run's
-    business (here: failed by it). Resumed, the stale run's Ready is refused: nothing vouches for the bytes."""
+    business (here: failed by it). Resumed, the stale run's Ready is refused: nothing vouches for the bytes. Once
+    another run made the path Ready, the stale run cannot fail or stop it either; a Ready recorded without a holder
+    (hashed whole) never overrides a run that works on the path."""
     registry = open_registry(f"sqlite:///{tmp_path / 'r.db'}")
     from test_registry import plan, spec
 
@@ -85,6 +87,17 @@ def test_a_run_whose_lease_was_dropped_never_marks_the_path_ready(tmp_path):
     assert not registry.path_downloaded("m", path_id, stale, 5, "5 bytes")
     path = registry.get_model("m").local_paths[0]
     assert path.status == "Failed" and path.size_bytes != 5 and path.message == "cut off halfway"
+    assert registry.claim_download("m", path_id, fresh, 60).ok
+    assert registry.path_downloaded("m", path_id, fresh, 7, "7 bytes")
+    assert registry.path_downloaded("m", path_id, fresh, 7, "7 bytes")  # a retried call: already recorded
+    registry.path_failed("m", path_id, stale, "the stale run gives up")  # nor does it fail a Ready path
+    registry.path_stopped("m", path_id, stale, "the stale run stops")
+    path = registry.get_model("m").local_paths[0]
+    assert (path.status, path.size_bytes, path.message) == ("Ready", 7, "7 bytes")
+    third = Holder("run-3/1", "host", 9, 100.0)
+    assert registry.claim_download("m", path_id, third, 60).ok
+    assert not registry.path_downloaded("m", path_id, None, 7, "hashed whole")  # another run works on it
+    assert registry.get_model("m").local_paths[0].lease.holder == third
 
 
 def test_a_holder_cut_off_from_the_registry_stops_before_its_lease_lapses(tmp_path, monkeypatch):
@@ -101,7 +114,7 @@ def test_a_holder_cut_off_from_the_registry_stops_before_its_lease_lapses(tmp_pa
     assert registry.claim_download("m", path_id, mine, 2).ok
     with renewed(registry, Kind.PATH, path_id, mine, 2) as held:
         time.sleep(1.0)
-        assert not held.stopped  # renewed every 2/3 s
+        assert not held.stopped  # renewed every 0.5 s
         with monkeypatch.context() as cut:
             cut.setattr(registry, "renew_leases", lambda _held: (_ for _ in ()).throw(OSError("no route to host")))
             wait_until(lambda: held.stopped, timeout=5, what="the holder to stop")

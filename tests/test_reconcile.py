@@ -331,3 +331,22 @@ def test_repairing_a_size_mismatch_hashes_the_whole_own_copy_before_it_counts_as
     assert (path / SHARD).read_bytes() == files[SHARD] and (path / flipped).read_bytes() == files[flipped]
     model = wk.registry.get_model("rehash")
     assert model.phase == "Ready" and model.local_paths[0].status == "Ready"
+
+
+def test_a_full_hash_never_marks_ready_a_path_another_run_works_on(wk, hub):
+    """A path failed earlier, though its bytes are all there; before its full hash ends, another run claims it (a
+    new download, a cleanup). The hash finds the copy complete, and leaves the path to that run: not Ready."""
+    from prefect import flow
+
+    from weightkeeper.tasks.verify import verify_model_path
+
+    hub.add_repo("acme/hash-busy", tiny_files("hash-busy"))
+    wk.declare("hash-busy", "hf://acme/hash-busy", workspaces=["team-a"])
+    assert ensure_model("hash-busy") == "Ready"
+    path_id = wk.registry.get_model("hash-busy").local_paths[0].id
+    wk.registry.set_path_message("hash-busy", path_id, "Failed", "an earlier failure")
+    other = Holder("another-run/1", "elsewhere", 7, 1.0)
+    assert wk.registry.claim_download("hash-busy", path_id, other, 60).ok
+    assert flow(name="hash-busy-pass")(lambda: verify_model_path("hash-busy", path_id))() == "busy"
+    entry = wk.registry.get_model("hash-busy").local_paths[0]
+    assert entry.status == "Downloading" and entry.lease.holder == other

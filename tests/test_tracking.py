@@ -315,3 +315,41 @@ def test_model_update_that_switches_only_some_paths_switches_them_back(wk, hub):
     assert os.readlink(p1) == os.readlink(p2) == f"{copies}/{a}"
     model = wk.registry.get_model("split-once")
     assert model.commit == a and model.pending_commit is None and model.revision == "main"
+
+
+def test_a_partly_switched_path_another_model_joined_on_the_models_commit_goes_back_with_it(wk, hub):
+    """A tracked model's path no other model may join (`already owns`), so `model update` acts it out, by hand
+    between its switch and its switch back: team-a's path on v2's B, team-b's failed. Another user's model of main
+    (A, the commit the registry records) joins team-a's path, and its ensure already links it to A's copy. v2
+    returns to A and the model is ensured: the switch back is not held as shared, so its record of the path names
+    A's copy again, nothing is pending, and the other model stays Ready on A."""
+    from weightkeeper.layout import HfSource
+    from weightkeeper.sources import resolve
+
+    a, b, p1, p2, copies = _split(wk, hub, "split-joined", "acme/track-split-joined", download_policy="reuse-if-exists")
+    wk.registry.request_revision("split-joined", "v2")  # what check-head does, then each path's switch
+    snapshot = resolve(wk.settings, wk.registry, HfSource("acme/track-split-joined", "v2"), None, None, None)
+    assert wk.registry.head_checked("split-joined", b, [f.to_json() for f in snapshot.files])
+    ids = {p.path: p.id for p in wk.registry.get_model("split-joined").local_paths}
+    assert download_to_path("split-joined", ids[p1]).is_completed()
+    assert not download_to_path("split-joined", ids[p2], return_state=True).is_completed()
+    assert os.readlink(p1) == f"{copies}/{b}" and os.readlink(p2) == f"{copies}/{a}"
+    assert wk.registry.get_model("split-joined").pending_commit == b
+
+    wk.declare("bobs-split-joined", "hf://acme/track-split-joined", workspaces=["team-a"],
+               download_policy="reuse-if-exists", owner_name="bob", owner_uid=1001)
+    assert ensure_model("bobs-split-joined") == "Ready"
+    other = wk.registry.get_model("bobs-split-joined")
+    assert other.commit == a and other.local_paths[0].path == p1 and os.readlink(p1) == f"{copies}/{a}"
+
+    hub.add_repo("acme/track-split-joined", commit_files("A"), revision="v2")
+    assert ensure_model("split-joined") == "Ready"
+    model = wk.registry.get_model("split-joined")
+    assert os.readlink(p1) == os.readlink(p2) == f"{copies}/{a}"
+    assert model.commit == a and model.pending_commit is None and model.next_revision is None
+    assert model.revision == "v2" and "held" not in model.message
+    on_p1 = next(p for p in model.local_paths if p.path == p1)
+    assert on_p1.artifact_id == other.local_paths[0].artifact_id and on_p1.status == "Ready"
+    assert wk.registry.get_artifact(on_p1.artifact_id).commit == a
+    other = wk.registry.get_model("bobs-split-joined")
+    assert other.phase == "Ready" and other.commit == a and other.local_paths[0].status == "Ready"

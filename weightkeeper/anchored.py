@@ -358,10 +358,11 @@ class Dir:
             self.rmdir_if(name, os.fstat(child.fd))
         return True
 
-    def rmdir_if(self, name: str, st: os.stat_result) -> bool:
+    def rmdir_if(self, name: str, st: os.stat_result, strict: bool = False) -> bool:
         """Remove the empty directory `name` if it is still the one `st` describes: True when it went (or
-        nothing stands there), False when another entry took its name (left alone). `CleanupError` when it is
-        that directory but no longer empty: something still writes into it, so it is kept for a retry."""
+        nothing stands there), False when another entry took its name, or (unless `strict`) when something is in it
+        again; what stands there is left alone. `strict`: that directory holding something again raises
+        `CleanupError`, naming it, so that it is kept for a retry."""
         def same(now: os.stat_result | None) -> bool:
             return now is not None and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
 
@@ -376,9 +377,15 @@ class Dir:
         except OSError as e:
             if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                 raise
-            if same(self.lstat(name)):
-                raise CleanupError(f"{self.path(name)} was written to while it was emptied (a download that has "
-                                   "not stopped yet?); it is kept and its removal retried") from None
+            if strict and same(self.lstat(name)):
+                try:
+                    with self.descend(name) as again:
+                        found = ", ".join(sorted(again.entries())[:3])
+                except (OSError, UnsafePathError):
+                    found = "entries"
+                raise CleanupError(f"{self.path(name)} holds {found} again after it was emptied (written by a "
+                                   "download that has not stopped yet, or a file still open on a network file "
+                                   "system); it is kept and its removal retried") from None
             return False
         return True
 

@@ -234,7 +234,7 @@ def remove_model_path(path: str, volumes: Sequence[VolumeRule], made: str | None
                 if mount := d.mount_inside():  # removing would empty the mounted filesystem, then fail with EBUSY
                     raise CleanupError(f"{mount} is a mount point inside {path}; nothing was removed: unmount it")
                 d.clear()  # through the directory checked: never the one renamed to its name meanwhile
-                if not parent.rmdir_if(name, os.fstat(d.fd)):
+                if not parent.rmdir_if(name, os.fstat(d.fd), strict=True):
                     raise NotOursError(f"{path} was replaced while weightkeeper emptied the directory it made there; "
                                        "what stands there now is left in place")
             return True

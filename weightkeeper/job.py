@@ -1,21 +1,19 @@
 """`python -m weightkeeper.job`: the command of every Kubernetes workspace job (the pool's template).
 
 The job runs as the model's owner with the Prefect credential and the namespace's token in its environment.
-Importing weightkeeper makes this process undumpable (`kube.shut_job_process`) before it runs `prefect flow-run
-execute` in the same process (an exec would make it dumpable again); the engine process Prefect starts for the
-flow does the same once it imports weightkeeper.
+Importing weightkeeper makes this process undumpable (`kube.shut_job_process`) before anything else; it then
+runs Prefect's engine (`python -m prefect.engine`, the flow run `PREFECT__FLOW_RUN_ID` names) in this same
+process. `prefect flow-run execute` would start the engine in a new process, readable by the owner's other
+processes until it imported weightkeeper.
 """
 
 from __future__ import annotations
 
-import sys
+import runpy
 
 
 def main() -> None:
-    from prefect.cli import app
-
-    sys.argv = ["prefect", "flow-run", "execute", *sys.argv[1:]]
-    app()
+    runpy.run_module("prefect.engine", run_name="__main__", alter_sys=True)
 
 
 if __name__ == "__main__":

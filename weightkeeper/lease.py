@@ -20,7 +20,8 @@ from weightkeeper.registry import Holder, Registry
 
 logger = logging.getLogger("weightkeeper.lease")
 MIN_PERIOD_SECONDS = 0.2
-LAPSE_SHARE = 0.75  # unrenewed for this share of its lease, a holder stops: others may take it at 1.0
+LAPSE_SHARE = 0.8  # unrenewed for this share of its lease, a holder stops: others may take it at 1.0
+RENEWALS = 4  # per lease time: up to two may fail in a row before a holder stops
 
 
 @dataclass(eq=False)
@@ -45,7 +46,7 @@ class Held:
 
 
 class Renewer:
-    """Renews every held lease every third of the shortest lease time, from one daemon thread."""
+    """Renews every held lease every RENEWALS-th of the shortest lease time, from one daemon thread."""
 
     def __init__(self) -> None:
         self._held: set[Held] = set()
@@ -69,7 +70,7 @@ class Renewer:
         while True:
             with self._lock:
                 held = list(self._held)
-            period = max(MIN_PERIOD_SECONDS, min((h.seconds for h in held), default=60.0) / 3)
+            period = max(MIN_PERIOD_SECONDS, min((h.seconds for h in held), default=60.0) / RENEWALS)
             self._wake.wait(period)
             self._wake.clear()
             with self._lock:
@@ -85,7 +86,7 @@ class Renewer:
         sent = time.monotonic()
         try:
             lost, stop = group[0].registry.renew_leases((h.kind, h.key, h.holder, h.seconds) for h in group)
-        except Exception as e:  # noqa: BLE001 - the registry may be restarting; a lease outlives a few misses
+        except Exception as e:  # noqa: BLE001 - the registry may be restarting: the next tick tries again
             logger.warning("could not renew %d lease(s): %s", len(group), e)
             return
         for h in group:

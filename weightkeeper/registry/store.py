@@ -30,7 +30,7 @@ from weightkeeper.planning import Plan, capacity_problem, path_decision, workspa
 from weightkeeper.registry.artifacts import ArtifactOps
 from weightkeeper.registry.budget import BudgetOps
 from weightkeeper.registry.copies import CopyOps
-from weightkeeper.registry.leases import CLEANUP, Kind, Lease, LeaseOps, as_lease, held_by
+from weightkeeper.registry.leases import CLEANUP, Kind, Lease, LeaseOps, abandoned, as_lease, held_by
 from weightkeeper.registry.listing import ListOps
 from weightkeeper.registry.metrics import CLEANUP_FAILURES, MetricOps
 from weightkeeper.registry.runs import RunLease, RunOps
@@ -46,6 +46,7 @@ from weightkeeper.registry.common import (
     _iso,
     _utc,
     scrub_message,
+    this_host,
     utcnow,
 )
 from weightkeeper.registry.schema import ArtifactRow, LeaseRow, LocalPathRow, ModelRow
@@ -722,14 +723,22 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
 
     def _finish(self, name: str, path_id: int, holder: Holder | None, status: str, message: str,
                 size_bytes: int | None = None) -> bool:
-        """Record the outcome of a path's work and release its lease, unless another run holds the path (Ready:
-        unless `holder` holds it). False when nothing was recorded."""
+        """Record the outcome of a path's work and release its lease, unless another run holds the path. A run's
+        outcome (`holder`) counts only while it holds the lease, or, with no lease left, for a path not Ready (a
+        Ready already recorded with that size answers True: a retried call). Without `holder` (refused before a
+        claim, or hashed here whole), it counts unless another run works on the path. False when nothing was
+        recorded."""
         with self._tx() as s:
             row = self._model(s, name)
             p = self._path(row, path_id)
             lease = self._lease_row(s, Kind.PATH, p.id)
-            mine = holder is None or lease is not None and held_by(lease, holder)
-            if not mine and (lease is not None or status == READY):  # another run's, or a Ready vouched by no holder
+            if holder is None:
+                if lease is not None and not abandoned(as_lease(lease), utcnow(), this_host()):
+                    return False
+            elif lease is None:
+                if p.status == READY or status == READY:
+                    return status == p.status == READY and p.size_bytes == size_bytes
+            elif not held_by(lease, holder):
                 return False
             p.status, p.message, p.updated_at = status, scrub_message(message), utcnow()
             if size_bytes is not None:

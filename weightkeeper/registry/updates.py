@@ -108,7 +108,8 @@ class UpdateOps:
             if p.artifact_id and s.scalar(select(ArtifactRow.commit).where(
                     ArtifactRow.id == p.artifact_id)) == row.pending_commit:
                 return "settled"
-            if self._shared(s, row, p):  # another model took the path since the switch was asked for
+            back = row.pending_commit == row.commit  # restores the commit another model joined the path on
+            if not back and self._shared(s, row, p):  # another model took the path since the switch was asked for
                 held = (f"update to {row.pending_commit} held: {p.path} is shared with another model, whose link a "
                         f"switch would move too; it stays on {row.commit}")
                 p.message = row.message = held
