@@ -391,7 +391,7 @@ MUTATIONS = {
                             "            except ZeroDivisionError:  # another run",
                             "tests/test_slots.py::test_a_limit_another_run_creates_meanwhile_is_resized_not_an_error"),
     "worker-outlives-serve": (
-        "weightkeeper/worker.py", "        exit_with_parent(int(parent))", "        pass",
+        "weightkeeper/__init__.py", "    exit_with_parent(os.getppid())", "    pass",
         "tests/test_serve.py::test_a_worker_exits_with_the_serve_that_started_it_even_when_that_is_killed"),
     "mutants-of-flows-and-tasks-not-applied": (
         "tests/mutations.py", '    for package in ("flows", "tasks"):\n', "    for package in ():\n",
@@ -739,9 +739,9 @@ MUTATIONS = {
         "tests/test_tenancy.py::test_others_see_only_public_models_without_secrets_paths_or_messages"),
     "private-workspace-named-in-refusal": (
         "weightkeeper/planning.py", ("        usable = [w.name for w in workspaces if w.usable_by(owner)]",
-                                     "        if refused := next((n for n in names if n not in usable), None):"),
+                                     "        if (refused := next((n for n in names if n not in usable), None)) is not None:"),
         ("        usable, known = [w.name for w in workspaces if w.usable_by(owner)], list(by_name)",
-         "        if refused := next((n for n in names if n not in known), None):"),
+         "        if (refused := next((n for n in names if n not in known), None)) is not None:"),
         "tests/test_layout.py::test_plan_private_workspace_rules tests/test_tenancy.py::test_others_see_only_public_models_without_secrets_paths_or_messages"),
     "names-that-collide-accepted": (
         "weightkeeper/download.py", "    if problem := collision([f.path for f in snapshot.files]):", "    if False:",
@@ -979,6 +979,30 @@ MUTATIONS = {
         "tasks/verify.py", '            return "busy"  # complete and correct after all, but another run works on the path now',
         "            pass",
         "tests/test_reconcile.py::test_a_full_hash_never_marks_ready_a_path_another_run_works_on"),
+    "empty-workspace-name-unchecked": (
+        "weightkeeper/planning.py", "        if (refused := next((n for n in names if n not in usable), None)) is not None:",
+        "        if refused := next((n for n in names if n not in usable), None):",
+        "tests/test_cli.py::test_bad_input_gets_one_line_errors tests/test_api.py::test_refused_requests"),
+    "uid-unbounded": ("weightkeeper/config.py", "Field(ge=0, lt=2**32 - 1)", "Field(ge=0)", "tests/test_config.py::test_a_wrong_type_is_one_line_naming_the_key_and_the_file"),
+    "download-slots-unbounded": ("weightkeeper/config.py", "        if limit > MAX_DOWNLOAD_SLOTS:", "        if False:",
+                                 "tests/test_config.py::test_a_wrong_type_is_one_line_naming_the_key_and_the_file"),
+    "registry-url-traceback": ("weightkeeper/registry/store.py", "    except ArgumentError as e:\n        raise ConfigError(",
+                               "    except ZeroDivisionError as e:\n        raise ConfigError(", "tests/test_cli.py::test_bad_input_gets_one_line_errors"),
+    "registry-unreachable-traceback": ("weightkeeper/registry/store.py", "    except OperationalError as e:\n        raise Un",
+                                       "    except ZeroDivisionError as e:\n        raise Un", "tests/test_cli.py::test_bad_input_gets_one_line_errors"),
+    "subpath-unbounded": ("weightkeeper/layout.py", "    if len(subpath) > MAX_SUBPATH:", "    if False:", "tests/test_cli.py::test_bad_input_gets_one_line_errors"),
+    "reconcile-every-zero": ("weightkeeper/cli.py", 'p.add_argument("--every", type=_positive,',
+                             'p.add_argument("--every", type=int,', "tests/test_cli.py::test_bad_input_gets_one_line_errors"),
+    "runs-outlive-their-worker": (
+        "weightkeeper/__init__.py", "if os.environ.get(EXIT_WITH_PARENT_ENV):", "if False:",
+        "tests/test_serve.py::test_a_flow_run_of_a_serve_worker_ends_with_it_even_one_that_ignores_sigterm"),
+    "orphan-ignoring-sigterm-never-killed": (
+        "weightkeeper/prefectserver.py", "        os.kill(os.getpid(), signal.SIGKILL)\n", "",
+        "tests/test_serve.py::test_a_flow_run_of_a_serve_worker_ends_with_it_even_one_that_ignores_sigterm"),
+    "signal-swallowed-by-the-ranges-wait": (
+        "weightkeeper/download.py", "                if not future.done():\n", "                if False:\n",
+        "tests/test_download.py::test_a_signal_while_the_ranges_download_stops_them_and_is_raised "
+        "tests/test_serve.py::test_a_run_still_downloading_ends_with_serve"),
 }
 
 

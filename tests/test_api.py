@@ -110,6 +110,8 @@ def test_refused_requests(served, hub):
     assert r.status_code == 401 and r.json()["code"] == "Unauthorized" and "not-a-token" not in r.text
     assert create(served, "Bad_Name", "hf://acme/api-auth").status_code == 422
     assert create(served, "badsource", "s3:/nowhere").status_code == 422
+    r = create(served, "noworkspace", "hf://acme/api-auth", workspaces=[""])
+    assert r.status_code == 422 and "no workspace ''" in r.json()["message"], r.text
     r = create(served, "owned", "hf://acme/api-auth", owner="mallory")  # the owner is never a body field
     assert r.status_code == 422
     assert create(served, "owned", "hf://acme/api-auth", workspaces=["team-a"]).status_code == 201

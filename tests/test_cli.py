@@ -74,6 +74,8 @@ def test_bad_input_gets_one_line_errors(wk, tmp_path):
         (["model", "create", "ok", "--source", "hf://a--b/c"], "invalid Hugging Face repository"),
         (["model", "create", "ok", "--source", "hf://a/b", "--workspace", "nope"], "no workspace 'nope'"),
         (["model", "create", "ok", "--source", "hf://a/b", "--subpath", "../x"], "invalid subpath"),
+        (["model", "create", "ok", "--source", "hf://a/b", "--subpath", "a" * 300], "longer than 255 characters"),
+        (["model", "create", "ok", "--source", "hf://a/b", "--workspace", ""], "no workspace ''"),
         (["model", "get", "missing"], "does not exist"),
         (["model", "delete", "missing"], "does not exist"),
         (["--config", str(tmp_path / "nope.toml"), "model", "list"], "does not exist"),
@@ -87,6 +89,15 @@ def test_bad_input_gets_one_line_errors(wk, tmp_path):
     bad.write_text('[[workspaces]]\nname = "x"\nvolume = "relative"\n')
     proc = cli(wk, "--config", str(bad), "workspace", "list", check=False)
     assert proc.returncode == 2 and "must be an absolute, clean path" in proc.stderr
+    for url, code, message in [("bogus://x", 2, "registry_url bogus://x: Can't load plugin"),
+                               ("postgresql+psycopg://wk:secret@127.0.0.1:1/x", 1,
+                                "cannot reach the registry at postgresql+psycopg://wk:***@127.0.0.1:1/x")]:
+        bad.write_text(f'registry_url = "{url}"\n')
+        proc = cli(wk, "--config", str(bad), "model", "list", check=False)
+        assert proc.returncode == code and message in proc.stderr and "secret" not in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    proc = cli(wk, "reconcile", "--every", "0", check=False)
+    assert proc.returncode == 2 and "'0' is not a whole number of at least 1" in proc.stderr
 
 
 def test_config_flag_reaches_the_flows(wk, hub, monkeypatch):

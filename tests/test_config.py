@@ -44,6 +44,10 @@ def refused(config, text: str) -> str:
     ('[[users]]\nname = "u"\nuid = 1\ntoken_env = "T"\ntoken_blocks = [1]',
      "user 'u' token_blocks[0] must be a string, got 1"),
     ("s3 = 5", "[s3] must be a table, got 5"),
+    ("max_concurrent_downloads = 99999999", "max_concurrent_downloads must be at most 10000, got 99999999; a negative "
+                                            "limit means unlimited"),
+    ('[[users]]\nname = "u"\nuid = 99999999999999999999\ntoken_env = "T"',
+     "user 'u' uid must be less than 4294967295, got 99999999999999999999"),
     ('[[workspaces]]\nname = "w"\nvolume = "/w"\n[workspaces.kubernetes]\nnamespace = "a"\nimage = 1\n'
      'volume_claim = "v"', "workspace 'w' kubernetes image must be a string, got 1"),
 ])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import threading
 import time
 from pathlib import Path
@@ -276,3 +277,30 @@ def test_a_file_that_arrives_corrupted_fails_the_fetch_and_is_not_put_in_place(h
             fetch_files(snapshot, d, corrupting, lambda done: None, time.monotonic() + 60, "the test")
     assert not (tmp_path / "m" / BIG).exists()
     assert not (tmp_path / "m" / PARTIAL_DIR / f"{BIG}.part").exists()
+
+
+def test_a_signal_while_the_ranges_download_stops_them_and_is_raised(hub, big_repo, tmp_path):
+    """SIGTERM (a worker stopping, `serve` ending) arrives while the download waits for its ranges: Prefect's
+    handler raises in the waiting thread. The ranges stop at their next chunk and the signal's exception comes out
+    at once, instead of being swallowed while the download goes on to its end; the partial files stay to resume."""
+    repo, data, snapshot = big_repo
+    hub.set_throttle(MIB, repo_id=repo)  # 16 s for the whole file
+
+    class Terminated(BaseException):
+        pass
+
+    def terminated(*_):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGALRM, terminated)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    try:
+        with pytest.raises(Terminated):
+            fetch(hub, snapshot, tmp_path / "m")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        hub.set_throttle(None, repo_id=repo)
+    assert hub.bytes_served(repo) < len(data) and not (tmp_path / "m" / BIG).exists()  # stopped, not finished
+    assert not [t for t in threading.enumerate() if t.name.startswith("fetch")]
+    assert (tmp_path / "m" / PARTIAL_DIR / f"{BIG}.part").exists()

@@ -155,9 +155,9 @@ def test_a_worker_exits_with_the_serve_that_started_it_even_when_that_is_killed(
     starter = subprocess.Popen([sys.executable, "-c", f"""
 import os, sys, time
 from pathlib import Path
-from weightkeeper.prefectserver import PARENT_ENV, spawn
+from weightkeeper.prefectserver import spawn
 worker = spawn(["weightkeeper.worker", "--pool", "orphan-check", "--type", "process"], Path({str(tmp_path)!r}) / "w.log",
-               dict(os.environ, **{{PARENT_ENV: str(os.getpid())}}))
+               dict(os.environ, WEIGHTKEEPER_EXIT_WITH_PARENT="1"))
 print(worker.pid, flush=True)
 time.sleep(600)
 """], stdout=subprocess.PIPE, text=True)
@@ -167,6 +167,78 @@ time.sleep(600)
     starter.wait()
     wait_until(lambda: not os.path.exists(f"/proc/{worker}") or "Z" in open(f"/proc/{worker}/stat").read().split()[2],
                30, "the worker to exit")
+
+
+def test_a_flow_run_of_a_serve_worker_ends_with_it_even_one_that_ignores_sigterm(tmp_path):
+    """A flow-run process runs in a session of its own: when its worker is gone (killed, or stopped by `serve`
+    after 20 s), it is sent SIGTERM, and SIGKILL if it goes on (here it ignores SIGTERM; KILL_AFTER_SECONDS is 1)."""
+    run = ("import signal, time; import weightkeeper.prefectserver as p; p.KILL_AFTER_SECONDS = 1; "
+           "signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(600)")
+    worker = subprocess.Popen([sys.executable, "-c", f"""
+import os, subprocess, sys, time
+run = subprocess.Popen([sys.executable, "-c", {run!r}], start_new_session=True, stdout=subprocess.PIPE, text=True,
+                       env=dict(os.environ, WEIGHTKEEPER_EXIT_WITH_PARENT="1"))
+assert run.stdout.readline() == "up\\n"
+print(run.pid, flush=True)
+time.sleep(600)
+"""], stdout=subprocess.PIPE, text=True)
+    run_pid = int(worker.stdout.readline())
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    wait_until(lambda: gone(run_pid), 30, "the flow-run process to end")
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def gone(pid: int) -> bool:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_run_still_downloading_ends_with_serve(wk, hub, tmp_path):
+    """A supervisor stops `serve` (SIGTERM) while a model downloads: its worker stops, and so does the flow-run
+    process the worker started in a session of its own, which would otherwise go on downloading, unseen. The
+    next `serve` resumes the model from its partial files."""
+    write_config(wk, workspaces=wk._workspaces[:1], work_pool="ends-with-serve", hf_endpoint=hub.url)
+    with open(wk.config, "a") as f:
+        f.write(f'[[users]]\nname = "alice"\nuid = 1000\n'
+                f'token_sha256 = "{hashlib.sha256(b"alice-token").hexdigest()}"\n')
+    hub.add_repo("acme/ends-with-serve", tiny_files("ends-with-serve", shards=1, shard_size=8 << 20))
+    hub.set_throttle(64 * 1024, repo_id="acme/ends-with-serve")  # 128 s for the shard
+    port = free_port()
+    with open(tmp_path / "serve.out", "w") as out:
+        serve = subprocess.Popen([sys.executable, "-m", "weightkeeper.cli", "serve", "--api-port", str(port)],
+                                 env=dict(os.environ, WEIGHTKEEPER_CONFIG=str(wk.config),
+                                          PREFECT_WORKER_QUERY_SECONDS="1"),
+                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    runs: list[int] = []
+    try:
+        api = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": "Bearer alice-token"},
+                           timeout=30)
+        wait_until(lambda: status(f"http://127.0.0.1:{port}/api/v1/models") == 401, 120, "the API")
+        created = api.post("/api/v1/models", json={"name": "ends-with-serve", "source": "hf://acme/ends-with-serve"})
+        assert created.status_code == 201, created.text
+        wait_until(lambda: (m := wk.registry.find_model("ends-with-serve")) and m.local_paths[0].bytes_done,
+                   180, "bytes to arrive")
+        runs = [run for worker in children(serve.pid) for run in children(worker)]
+        assert runs, "no flow-run process under serve's workers"
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(90) == 0
+        hub.set_throttle(None, repo_id="acme/ends-with-serve")
+    wait_until(lambda: all(gone(run) for run in runs), 90, "the flow-run processes to end")
 
 
 def peak(intervals: list[tuple]) -> int:

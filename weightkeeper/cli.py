@@ -372,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_model_delete)
 
     p = sub.add_parser("reconcile", help="verify every copy, repair damage, collect unused shared copies")
-    p.add_argument("--every", type=int, metavar="SECONDS", help="serve it as a scheduled deployment instead")
+    p.add_argument("--every", type=_positive, metavar="SECONDS", help="serve it as a scheduled deployment instead")
     p.set_defaults(func=cmd_reconcile)
 
     p = sub.add_parser("serve", help="serve every deployment, their work pools' workers and the REST API")

@@ -85,6 +85,7 @@ from weightkeeper.kube import KubernetesTarget
 from weightkeeper.layout import BUCKET, MODEL_NAME, SEGMENT
 
 DOWNLOAD_LIMIT_NAME = "weightkeeper-downloads"
+MAX_DOWNLOAD_SLOTS = 10_000  # max_concurrent_downloads at most
 DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 REDIRECT_HOST = re.compile(r"([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?")
 LOCAL_POOL = "weightkeeper-local"
@@ -217,7 +218,7 @@ class User:
     """An API user; only the sha256 of the token is kept. Admins may name any token block and S3 source."""
 
     name: Text
-    uid: Annotated[StrictInt, Field(ge=0)]
+    uid: Annotated[StrictInt, Field(ge=0, lt=2**32 - 1)]  # a uid of the kernel (2**32 - 1 means none)
     token_sha256: Digest | None = Field(repr=False)  # None: its token_env is not set here (cannot log in)
     admin: StrictBool = False
     token_blocks: Annotated[tuple[Name, ...], Items] = ()  # Prefect Secret blocks it may name as `tokenBlock`
@@ -309,6 +310,8 @@ class Settings(BaseSettings):
     def _some_downloads(cls, limit: int) -> int:
         if limit == 0:
             raise ValueError("0 would block every download; use a positive limit or a negative one for unlimited")
+        if limit > MAX_DOWNLOAD_SLOTS:
+            raise ValueError(f"must be at most {MAX_DOWNLOAD_SLOTS}, got {limit}; a negative limit means unlimited")
         return limit
 
     @field_validator("hub_redirect_hosts")
@@ -432,6 +435,9 @@ def _one_line(error: ValidationError, raw: dict, path: Path) -> str:
     elif kind in ("greater_than", "greater_than_equal"):
         problem = "must be positive" if kind == "greater_than" else f"must be {first['ctx']['ge']} or more"
         problem += f", got {value!r}"
+    elif kind in ("less_than", "less_than_equal"):
+        bound = first["ctx"]["lt"] if kind == "less_than" else first["ctx"]["le"]
+        problem = f"must be {'less than' if kind == 'less_than' else 'at most'} {bound}, got {value!r}"
     elif kind == "string_too_short":
         problem = "must be a non-empty string"
     elif expected := EXPECTED.get(kind.split("_")[0]):

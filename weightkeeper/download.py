@@ -545,19 +545,23 @@ def _fetch(target: Dir, remotes: Sequence[RemoteFile], transfer: Transfer, on_by
     jobs = [job for i in range(0, len(per_file), FILES_AT_ONCE)
             for turn in zip_longest(*per_file[i:i + FILES_AT_ONCE]) for job in turn if job]
     watchdog = Watchdog(deadline, pace, lambda: on_bytes(0), fail, f"download of {what} into {target}", stop)
+    interrupted: BaseException | None = None  # raised in this thread while it waited: a signal (SIGTERM, Ctrl-C)
     with ThreadPoolExecutor(max_workers=CONNECTIONS, thread_name_prefix="fetch") as pool, watchdog:
         futures = [pool.submit(run, file, part) for file, part in jobs]
         for future in futures:
             try:
                 future.result()
-            except BaseException:  # noqa: BLE001 - the first error is raised below, the rest stop at their next chunk
+            except BaseException as e:  # noqa: BLE001 - raised below; the ranges stop at their next chunk
+                if not future.done():
+                    interrupted = interrupted or e
+                    fail(e)
                 for other in futures:
                     other.cancel()
     for file in files:  # ranges cancelled before they ran: keep what their file has, close it
         if file.fd >= 0:
             file.stop()
-    if first[0] is not None:
-        raise first[0]
+    if interrupted is not None or first[0] is not None:
+        raise interrupted or first[0]
     return counted[0]
 
 

@@ -17,6 +17,7 @@ MODEL_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 DEFAULT_REVISION = "main"
 ARTIFACTS_DIR = "_artifacts"
+MAX_SUBPATH = 255  # characters, as the API takes
 ARTIFACTS = re.compile(r"_artifacts(\.[1-9][0-9]{0,9})?")  # the service's shared copies, or one job owner's
 ALWAYS_DOWNLOAD, REUSE_IF_EXISTS = "always-download", "reuse-if-exists"
 DOWNLOAD_POLICIES = (ALWAYS_DOWNLOAD, REUSE_IF_EXISTS)
@@ -138,6 +139,8 @@ def validate_subpath(subpath: str | None) -> str | None:
     """A relative, clean path of safe segments, or None."""
     if subpath is None or subpath == "":
         return None
+    if len(subpath) > MAX_SUBPATH:
+        raise InvalidInputError(f"invalid subpath {subpath[:40]!r}...: longer than {MAX_SUBPATH} characters")
     segments = subpath.split("/")
     if subpath.startswith("/") or any(s in ("", ".", "..") or not SEGMENT.fullmatch(s) for s in segments):
         raise InvalidInputError(

@@ -40,7 +40,7 @@ def plan_paths(
     else:
         names = list(dict.fromkeys(targets))
         usable = [w.name for w in workspaces if w.usable_by(owner)]
-        if refused := next((n for n in names if n not in usable), None):  # another's private one is not named
+        if (refused := next((n for n in names if n not in usable), None)) is not None:  # another's private: unnamed
             raise InvalidInputError(f"no workspace {refused!r} that {owner!r} may use; theirs: "
                                     f"{', '.join(usable) or 'none'}")
         chosen = [by_name[n] for n in names]

@@ -50,6 +50,7 @@ LEASE_STORAGE = "prefect.server.concurrency.lease_storage.filesystem"
 TASK_RUN_BATCHES = {"PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "50",
                     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1"}
 START_SECONDS = 90
+KILL_AFTER_SECONDS = 60  # a process whose parent is gone gets this long to end after SIGTERM
 PARENT_ENV = "WEIGHTKEEPER_PREFECT_SERVER_PARENT"  # set by `prefect_api`: the server exits when that process is gone
 LOOPBACK = "127.0.0.1"
 AUTH_ENV = "PREFECT_API_AUTH_STRING"  # the operator's credential, if set; what Prefect clients send
@@ -114,12 +115,15 @@ def writes_take_the_lock_first() -> bool:
 
 
 def exit_with_parent(parent: int) -> None:
-    """SIGTERM this process (uvicorn shuts down) once `parent` is no longer its parent: killed, it runs no
-    `finally`, and a server in a session of its own gets no hang-up from the terminal either."""
+    """SIGTERM this process (uvicorn shuts down, a flow run stops) once `parent` is no longer its parent, SIGKILL
+    if it still runs KILL_AFTER_SECONDS later: killed, a parent runs no `finally`, and a process in a session of
+    its own gets no hang-up from the terminal either."""
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(0.5)
         os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(KILL_AFTER_SECONDS)
+        os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 

@@ -18,7 +18,8 @@ import time
 
 from weightkeeper.config import Settings
 from weightkeeper.errors import InvalidInputError, WeightkeeperError
-from weightkeeper.prefectserver import AUTH_ENV, AUTH_FILE, LOOPBACK, PARENT_ENV, prefect_api, spawn, stop
+from weightkeeper import EXIT_WITH_PARENT_ENV
+from weightkeeper.prefectserver import AUTH_ENV, AUTH_FILE, LOOPBACK, prefect_api, spawn, stop
 
 WORKER_QUERY_SECONDS = 2  # Prefect's default, 10 s, leaves a freed run slot idle that long
 
@@ -31,7 +32,7 @@ def start_workers(settings: Settings) -> list[subprocess.Popen]:
     environment."""
     from weightkeeper.deployments import worker_queues
 
-    env = dict(os.environ, **{PARENT_ENV: str(os.getpid())})  # they exit with this process, even killed
+    env = dict(os.environ, **{EXIT_WITH_PARENT_ENV: "1"})  # they, and the runs they start, end with their parent
     env.setdefault("PREFECT_WORKER_QUERY_SECONDS", str(WORKER_QUERY_SECONDS))
     if settings.config_path:
         env["WEIGHTKEEPER_CONFIG"] = str(settings.config_path)

@@ -1,17 +1,12 @@
-"""A Prefect process worker that exits with the `weightkeeper serve` that started it (`python -m
-weightkeeper.worker --pool P ...` takes `prefect worker start`'s options)."""
+"""A Prefect process worker (`python -m weightkeeper.worker --pool P ...` takes `prefect worker start`'s options).
+Started by `weightkeeper serve`, it and the flow runs it starts end with their parent (`EXIT_WITH_PARENT_ENV`)."""
 
 from __future__ import annotations
 
-import os
 import sys
-
-from weightkeeper.prefectserver import PARENT_ENV, exit_with_parent
 
 
 def main() -> None:
-    if parent := os.environ.pop(PARENT_ENV, None):
-        exit_with_parent(int(parent))
     from prefect.cli import app
 
     sys.argv = ["prefect", "worker", "start", *sys.argv[1:]]

@@ -19,11 +19,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from sqlalchemy import ColumnElement, case, create_engine, delete, event, func, or_, select, text
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session, selectinload
 
-from weightkeeper.errors import ConflictError, InvalidInputError, NotFoundError
+from weightkeeper.errors import ConfigError, ConflictError, InvalidInputError, NotFoundError, UnavailableError
 from weightkeeper.layout import REUSE_IF_EXISTS
 from weightkeeper.config import Workspace
 from weightkeeper.planning import Plan, capacity_problem, path_decision, workspace_usage
@@ -285,8 +285,22 @@ def _version(engine: Engine) -> str | None:
 
 
 def open_registry(url: str) -> Registry:
-    """The registry at `url`, migrated to the current schema."""
-    return Registry(_engine(url))
+    """The registry at `url`, migrated to the current schema; `ConfigError` naming it (its password hidden) when
+    that URL names no database SQLAlchemy knows, `UnavailableError` when it cannot be reached."""
+    try:
+        return Registry(_engine(url))
+    except ArgumentError as e:
+        raise ConfigError(f"registry_url {_shown(url)}: {e}; use sqlite:///PATH or postgresql+psycopg://...") from None
+    except OperationalError as e:
+        raise UnavailableError(f"cannot reach the registry at {_shown(url)}: {str(e.orig).strip().splitlines()[0]}; "
+                               "is the database running?") from None
+
+
+def _shown(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return repr(url)
 
 
 _PATH_LOCK = 7_243_001  # advisory lock key for decisions that read other models' paths
