@@ -1003,6 +1003,13 @@ MUTATIONS = {
         "weightkeeper/download.py", "                if not future.done():\n", "                if False:\n",
         "tests/test_download.py::test_a_signal_while_the_ranges_download_stops_them_and_is_raised "
         "tests/test_serve.py::test_a_run_still_downloading_ends_with_serve"),
+    "api-booleans-coerced": ("weightkeeper/api.py", "    keepFiles: StrictBool = False", "    keepFiles: bool = False",
+                             "tests/test_api.py::test_refused_requests"),
+    "api-route-errors-unshaped": ("weightkeeper/api.py", "    @app.exception_handler(StarletteHTTPException)",
+                                  "    @app.exception_handler(HTTPException)", "tests/test_api.py::test_refused_requests"),
+    "hf-endpoint-unchecked": ("weightkeeper/config.py", '        if url is not None and not re.fullmatch(',
+                              '        if False and not re.fullmatch(',
+                              "tests/test_config.py::test_a_wrong_type_is_one_line_naming_the_key_and_the_file"),
 }
 
 

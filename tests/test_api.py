@@ -112,6 +112,13 @@ def test_refused_requests(served, hub):
     assert create(served, "badsource", "s3:/nowhere").status_code == 422
     r = create(served, "noworkspace", "hf://acme/api-auth", workspaces=[""])
     assert r.status_code == 422 and "no workspace ''" in r.json()["message"], r.text
+    for loose in ({"keepFiles": "yes"}, {"track": "true"}, {"keepFiles": 1}):
+        r = create(served, "loose", "hf://acme/api-auth", **loose)
+        assert r.status_code == 422 and r.json()["code"] == "Invalid", (loose, r.text)
+    r = served.api.get("/api/v1/nowhere", headers=served.as_user("alice"))
+    assert r.status_code == 404 and r.json() == {"code": "NotFound", "message": "Not Found"}
+    r = served.api.post("/api/v1/models", content=b'{"name": ', headers=served.as_user("alice"))
+    assert r.status_code in (400, 422) and set(r.json()) == {"code", "message"}, r.text
     r = create(served, "owned", "hf://acme/api-auth", owner="mallory")  # the owner is never a body field
     assert r.status_code == 422
     assert create(served, "owned", "hf://acme/api-auth", workspaces=["team-a"]).status_code == 201

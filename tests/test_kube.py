@@ -285,6 +285,18 @@ def test_kubernetes_pools_are_their_own(tmp_path, extra, error):
     assert error in str(e.value)
 
 
+def quick_cleanup(wk, hub) -> str:
+    """The head of a config whose leases lapse in 5 s and whose cleanup retries at once."""
+    return textwrap.dedent(f"""
+        home = "{wk.root}"
+        registry_url = "{wk._registry_url}"
+        hf_endpoint = "{hub.url}"
+        lease_seconds = 5
+        cleanup_retry_seconds = 0.2
+        cleanup_retry_max_seconds = 1
+    """)
+
+
 def test_delete_waits_until_no_pod_of_a_download_run_remains(wk, hub, tmp_path):
     from prefect import flow
     from prefect.client.orchestration import get_client
@@ -298,13 +310,7 @@ def test_delete_waits_until_no_pod_of_a_download_run_remains(wk, hub, tmp_path):
 
     cluster = FakeKubernetes()
     volume = wk.volumes["team-a"]
-    wk.config.write_text(textwrap.dedent(f"""
-        home = "{wk.root}"
-        registry_url = "{wk._registry_url}"
-        hf_endpoint = "{hub.url}"
-        lease_seconds = 5
-        cleanup_retry_seconds = 0.2
-        cleanup_retry_max_seconds = 1
+    wk.config.write_text(quick_cleanup(wk, hub) + textwrap.dedent(f"""
         [[workspaces]]
         name = "gpu"
         cluster = "east"
@@ -375,14 +381,7 @@ def test_delete_waits_for_a_pod_left_in_the_workspace_a_path_failed_over_from(wk
         volume_claim = "models"
         kubeconfig = "{kubeconfig}"
     """ for name, namespace in (("gpu", "team-a"), ("gpu-b", "team-b")))
-    wk.config.write_text(textwrap.dedent(f"""
-        home = "{wk.root}"
-        registry_url = "{wk._registry_url}"
-        hf_endpoint = "{hub.url}"
-        lease_seconds = 5
-        cleanup_retry_seconds = 0.2
-        cleanup_retry_max_seconds = 1
-    """) + textwrap.dedent(spaces))
+    wk.config.write_text(quick_cleanup(wk, hub) + textwrap.dedent(spaces))
     hub.add_repo("acme/kube-moved", tiny_files("kube-moved"))
     wk.declare("kube-moved", "hf://acme/kube-moved", workspaces=["gpu"])
     assert ensure_model("kube-moved") == "Ready"

@@ -5,6 +5,7 @@ Prefect server it starts beyond loopback answers only to its credential."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import signal
@@ -12,6 +13,7 @@ import socket
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urljoin
 
@@ -169,6 +171,30 @@ time.sleep(600)
                30, "the worker to exit")
 
 
+@contextlib.contextmanager
+def serving(wk, tmp_path, **config) -> Iterator[tuple[subprocess.Popen, httpx.Client]]:
+    """`weightkeeper serve` with `config` and its API on a free port, for alice (token `alice-token`); stopped as a
+    supervisor stops it (SIGTERM), which it must survive with exit code 0."""
+    write_config(wk, **config)
+    with open(wk.config, "a") as f:
+        f.write(f'[[users]]\nname = "alice"\nuid = 1000\n'
+                f'token_sha256 = "{hashlib.sha256(b"alice-token").hexdigest()}"\n')
+    port = free_port()
+    with open(tmp_path / "serve.out", "w") as out:
+        serve = subprocess.Popen([sys.executable, "-m", "weightkeeper.cli", "serve", "--api-port", str(port)],
+                                 env=dict(os.environ, WEIGHTKEEPER_CONFIG=str(wk.config),
+                                          PREFECT_WORKER_QUERY_SECONDS="1"),
+                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        api = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": "Bearer alice-token"},
+                           timeout=30)
+        wait_until(lambda: status(f"http://127.0.0.1:{port}/api/v1/models") == 401, 120, "the API")
+        yield serve, api
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(90) == 0
+
+
 def test_a_flow_run_of_a_serve_worker_ends_with_it_even_one_that_ignores_sigterm(tmp_path):
     """A flow-run process runs in a session of its own: when its worker is gone (killed, or stopped by `serve`
     after 20 s), it is sent SIGTERM, and SIGKILL if it goes on (here it ignores SIGTERM; KILL_AFTER_SECONDS is 1)."""
@@ -211,32 +237,19 @@ def test_a_run_still_downloading_ends_with_serve(wk, hub, tmp_path):
     """A supervisor stops `serve` (SIGTERM) while a model downloads: its worker stops, and so does the flow-run
     process the worker started in a session of its own, which would otherwise go on downloading, unseen. The
     next `serve` resumes the model from its partial files."""
-    write_config(wk, workspaces=wk._workspaces[:1], work_pool="ends-with-serve", hf_endpoint=hub.url)
-    with open(wk.config, "a") as f:
-        f.write(f'[[users]]\nname = "alice"\nuid = 1000\n'
-                f'token_sha256 = "{hashlib.sha256(b"alice-token").hexdigest()}"\n')
     hub.add_repo("acme/ends-with-serve", tiny_files("ends-with-serve", shards=1, shard_size=8 << 20))
     hub.set_throttle(64 * 1024, repo_id="acme/ends-with-serve")  # 128 s for the shard
-    port = free_port()
-    with open(tmp_path / "serve.out", "w") as out:
-        serve = subprocess.Popen([sys.executable, "-m", "weightkeeper.cli", "serve", "--api-port", str(port)],
-                                 env=dict(os.environ, WEIGHTKEEPER_CONFIG=str(wk.config),
-                                          PREFECT_WORKER_QUERY_SECONDS="1"),
-                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    runs: list[int] = []
     try:
-        api = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": "Bearer alice-token"},
-                           timeout=30)
-        wait_until(lambda: status(f"http://127.0.0.1:{port}/api/v1/models") == 401, 120, "the API")
-        created = api.post("/api/v1/models", json={"name": "ends-with-serve", "source": "hf://acme/ends-with-serve"})
-        assert created.status_code == 201, created.text
-        wait_until(lambda: (m := wk.registry.find_model("ends-with-serve")) and m.local_paths[0].bytes_done,
-                   180, "bytes to arrive")
-        runs = [run for worker in children(serve.pid) for run in children(worker)]
-        assert runs, "no flow-run process under serve's workers"
+        with serving(wk, tmp_path, workspaces=wk._workspaces[:1], work_pool="ends-with-serve",
+                     hf_endpoint=hub.url) as (serve, api):
+            created = api.post("/api/v1/models", json={"name": "ends-with-serve",
+                                                       "source": "hf://acme/ends-with-serve"})
+            assert created.status_code == 201, created.text
+            wait_until(lambda: (m := wk.registry.find_model("ends-with-serve")) and m.local_paths[0].bytes_done,
+                       180, "bytes to arrive")
+            runs = [run for worker in children(serve.pid) for run in children(worker)]
+            assert runs, "no flow-run process under serve's workers"
     finally:
-        serve.send_signal(signal.SIGTERM)
-        assert serve.wait(90) == 0
         hub.set_throttle(None, repo_id="acme/ends-with-serve")
     wait_until(lambda: all(gone(run) for run in runs), 90, "the flow-run processes to end")
 
@@ -259,32 +272,17 @@ def test_serve_runs_at_most_its_run_limit_at_once_and_a_burst_waits(wk, hub, tmp
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
 
-    write_config(wk, workspaces=wk._workspaces[:1], work_pool="limited", worker_run_limit=2, hf_endpoint=hub.url)
-    with open(wk.config, "a") as f:
-        f.write(f'[[users]]\nname = "alice"\nuid = 1000\n'
-                f'token_sha256 = "{hashlib.sha256(b"alice-token").hexdigest()}"\n')
     names = [f"run-limit-{i}" for i in range(4)]  # names no other test's runs have in the session server
     for name in names:
         hub.add_repo(f"acme/{name}", tiny_files(name, shards=1))
-    port = free_port()
-    with open(tmp_path / "serve.out", "w") as out:
-        serve = subprocess.Popen([sys.executable, "-m", "weightkeeper.cli", "serve", "--api-port", str(port)],
-                                 env=dict(os.environ, WEIGHTKEEPER_CONFIG=str(wk.config),
-                                          PREFECT_WORKER_QUERY_SECONDS="1"),
-                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        api = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": "Bearer alice-token"},
-                           timeout=30)
-        wait_until(lambda: status(f"http://127.0.0.1:{port}/api/v1/models") == 401, 120, "the API")
+    with serving(wk, tmp_path, workspaces=wk._workspaces[:1], work_pool="limited", worker_run_limit=2,
+                 hf_endpoint=hub.url) as (_, api):
         with ThreadPoolExecutor(len(names)) as pool:  # at once
             for created in pool.map(lambda n: api.post("/api/v1/models", json={"name": n, "source": f"hf://acme/{n}"}),
                                     names):
                 assert created.status_code == 201, created.text
         for name in names:
             wait_until(lambda: api.get(f"/api/v1/models/{name}").json()["phase"] == "Ready", 300, f"{name} Ready")
-    finally:
-        serve.send_signal(signal.SIGTERM)
-        assert serve.wait(60) == 0
     with get_client(sync_client=True) as client:
         runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(
             any_=[f"ensure-{name}" for name in names] + [f"download-{name}-team-a" for name in names])))

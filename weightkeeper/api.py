@@ -21,7 +21,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from weightkeeper.config import DELETE_FLOW, ENSURE_FLOW, Settings, User
 from weightkeeper.errors import ConflictError, InvalidInputError, NotFoundError, UnavailableError
@@ -52,13 +53,13 @@ class ModelCreate(BaseModel):
     tokenBlock: str | None = Field(default=None, pattern=NAME,
                                    description="name of a Prefect Secret block with the HF token (one of yours)")
     downloadPolicy: Literal["always-download", "reuse-if-exists"] | None = None
-    keepFiles: bool = False
+    keepFiles: StrictBool = False
     include: list[Annotated[str, Field(max_length=255, pattern=PLAIN)]] | None = Field(
         default=None, max_length=32, description="fetch only the files these patterns match (default: the weights "
                                                  "and the files loading needs)")
     exclude: list[Annotated[str, Field(max_length=255, pattern=PLAIN)]] | None = Field(
         default=None, max_length=32, description="never fetch the files these patterns match")
-    track: bool = Field(default=False, description="follow the branch or tag: switch to each new commit")
+    track: StrictBool = Field(default=False, description="follow the branch or tag: switch to each new commit")
 
 
 MAX_BODY_BYTES = 64 * 1024  # a model's declaration is a few hundred bytes
@@ -160,9 +161,9 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         return problem(422, "Invalid", "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}"
                                                  for err in e.errors()))
 
-    @app.exception_handler(HTTPException)
-    def http_error(_: Request, e: HTTPException) -> JSONResponse:
-        kinds = {401: "Unauthorized", 403: "Forbidden"}
+    @app.exception_handler(StarletteHTTPException)  # FastAPI's, and the router's own (no such route, bad JSON)
+    def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        kinds = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed"}
         response = problem(e.status_code, kinds.get(e.status_code, "Error"), str(e.detail))
         response.headers.update(e.headers or {})
         return response

@@ -314,6 +314,13 @@ class Settings(BaseSettings):
             raise ValueError(f"must be at most {MAX_DOWNLOAD_SLOTS}, got {limit}; a negative limit means unlimited")
         return limit
 
+    @field_validator("hf_endpoint")
+    @classmethod
+    def _endpoint(cls, url: str | None) -> str | None:
+        if url is not None and not re.fullmatch(r"https?://[^/?#\s]+(/[^?#\s]*)?", url):
+            raise ValueError(f"must be an http:// or https:// URL such as https://huggingface.co, got {url!r}")
+        return url
+
     @field_validator("hub_redirect_hosts")
     @classmethod
     def _hosts(cls, hosts: tuple[str, ...]) -> tuple[str, ...]:
