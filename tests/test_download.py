@@ -304,3 +304,33 @@ def test_a_signal_while_the_ranges_download_stops_them_and_is_raised(hub, big_re
     assert hub.bytes_served(repo) < len(data) and not (tmp_path / "m" / BIG).exists()  # stopped, not finished
     assert not [t for t in threading.enumerate() if t.name.startswith("fetch")]
     assert (tmp_path / "m" / PARTIAL_DIR / f"{BIG}.part").exists()
+
+
+def test_a_download_in_any_thread_stops_once_its_process_is_orphaned(hub, big_repo, tmp_path):
+    """A run downloads several paths, each in a thread of its own, where no signal is raised. Its worker is gone
+    (`exit_with_parent` sets ORPHANED before it sends SIGTERM): the fetch in the thread stops at the watchdog's
+    next tick, its connections cut, and keeps its partial files."""
+    from weightkeeper import watchdog
+
+    repo, data, snapshot = big_repo
+    hub.set_throttle(MIB, repo_id=repo)  # 16 s for the whole file
+    outcome: list[BaseException | int] = []
+
+    def download() -> None:
+        try:
+            outcome.append(fetch(hub, snapshot, tmp_path / "m"))
+        except BaseException as e:  # noqa: BLE001 - the test reads it
+            outcome.append(e)
+
+    thread = threading.Thread(target=download)
+    try:
+        thread.start()
+        time.sleep(1)
+        watchdog.ORPHANED.set()
+        thread.join(10)
+    finally:
+        watchdog.ORPHANED.clear()
+        hub.set_throttle(None, repo_id=repo)
+        thread.join()
+    assert isinstance(outcome[0], DownloadCancelled) and "is gone" in str(outcome[0])
+    assert hub.bytes_served(repo) < len(data) and (tmp_path / "m" / PARTIAL_DIR / f"{BIG}.part").exists()

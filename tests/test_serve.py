@@ -159,7 +159,7 @@ import os, sys, time
 from pathlib import Path
 from weightkeeper.prefectserver import spawn
 worker = spawn(["weightkeeper.worker", "--pool", "orphan-check", "--type", "process"], Path({str(tmp_path)!r}) / "w.log",
-               dict(os.environ, WEIGHTKEEPER_EXIT_WITH_PARENT="1"))
+               dict(os.environ, WEIGHTKEEPER_EXIT_WITH_PARENT=str(os.getpid())))
 print(worker.pid, flush=True)
 time.sleep(600)
 """], stdout=subprocess.PIPE, text=True)
@@ -203,7 +203,7 @@ def test_a_flow_run_of_a_serve_worker_ends_with_it_even_one_that_ignores_sigterm
     worker = subprocess.Popen([sys.executable, "-c", f"""
 import os, subprocess, sys, time
 run = subprocess.Popen([sys.executable, "-c", {run!r}], start_new_session=True, stdout=subprocess.PIPE, text=True,
-                       env=dict(os.environ, WEIGHTKEEPER_EXIT_WITH_PARENT="1"))
+                       env=dict(os.environ, WEIGHTKEEPER_EXIT_WITH_PARENT=str(os.getpid())))
 assert run.stdout.readline() == "up\\n"
 print(run.pid, flush=True)
 time.sleep(600)

@@ -317,8 +317,10 @@ class Settings(BaseSettings):
     @field_validator("hf_endpoint")
     @classmethod
     def _endpoint(cls, url: str | None) -> str | None:
-        if url is not None and not re.fullmatch(r"https?://[^/?#\s]+(/[^?#\s]*)?", url):
-            raise ValueError(f"must be an http:// or https:// URL such as https://huggingface.co, got {url!r}")
+        if url is not None and not re.fullmatch(r"(?i:https?)://[^/?#\s@]+(/[^?#\s]*)?", url):
+            shown = f", got {url!r}" if "@" not in url else " without user or token in it"
+            raise ValueError(f"(here or in $HF_ENDPOINT) must be an http:// or https:// URL such as "
+                             f"https://huggingface.co{shown}")
         return url
 
     @field_validator("hub_redirect_hosts")

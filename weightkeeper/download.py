@@ -548,15 +548,21 @@ def _fetch(target: Dir, remotes: Sequence[RemoteFile], transfer: Transfer, on_by
     interrupted: BaseException | None = None  # raised in this thread while it waited: a signal (SIGTERM, Ctrl-C)
     with ThreadPoolExecutor(max_workers=CONNECTIONS, thread_name_prefix="fetch") as pool, watchdog:
         futures = [pool.submit(run, file, part) for file, part in jobs]
-        for future in futures:
-            try:
-                future.result()
-            except BaseException as e:  # noqa: BLE001 - raised below; the ranges stop at their next chunk
-                if not future.done():
-                    interrupted = interrupted or e
-                    fail(e)
-                for other in futures:
-                    other.cancel()
+        try:
+            for future in futures:
+                try:
+                    future.result()
+                except BaseException as e:  # noqa: BLE001 - a range's own error is raised below
+                    if not (future.done() and (future.cancelled() or future.exception() is e)):
+                        raise
+                    for other in futures:  # the others stop at their next chunk
+                        other.cancel()
+        except BaseException as e:  # a signal while this thread waited: every range stops now, its files kept
+            interrupted = e
+            fail(e)
+            watchdog.abort()
+            for other in futures:
+                other.cancel()
     for file in files:  # ranges cancelled before they ran: keep what their file has, close it
         if file.fd >= 0:
             file.stop()

@@ -45,6 +45,7 @@ import httpx
 
 from weightkeeper.anchored import Dir
 from weightkeeper.errors import WeightkeeperError
+from weightkeeper.watchdog import ORPHANED
 
 LEASE_STORAGE = "prefect.server.concurrency.lease_storage.filesystem"
 TASK_RUN_BATCHES = {"PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "50",
@@ -115,12 +116,13 @@ def writes_take_the_lock_first() -> bool:
 
 
 def exit_with_parent(parent: int) -> None:
-    """SIGTERM this process (uvicorn shuts down, a flow run stops) once `parent` is no longer its parent, SIGKILL
-    if it still runs KILL_AFTER_SECONDS later: killed, a parent runs no `finally`, and a process in a session of
-    its own gets no hang-up from the terminal either."""
+    """SIGTERM this process (uvicorn shuts down, a flow run stops) once `parent` is no longer its parent (at
+    once if it is not now), SIGKILL if it still runs KILL_AFTER_SECONDS later: killed, a parent runs no
+    `finally`, and a process in a session of its own gets no hang-up from the terminal either."""
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(0.5)
+        ORPHANED.set()  # every fetch stops, in whichever thread it runs
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(KILL_AFTER_SECONDS)
         os.kill(os.getpid(), signal.SIGKILL)

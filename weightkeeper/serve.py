@@ -32,7 +32,7 @@ def start_workers(settings: Settings) -> list[subprocess.Popen]:
     environment."""
     from weightkeeper.deployments import worker_queues
 
-    env = dict(os.environ, **{EXIT_WITH_PARENT_ENV: "1"})  # they, and the runs they start, end with their parent
+    env = dict(os.environ, **{EXIT_WITH_PARENT_ENV: str(os.getpid())})  # they, and their runs, end with their parent
     env.setdefault("PREFECT_WORKER_QUERY_SECONDS", str(WORKER_QUERY_SECONDS))
     if settings.config_path:
         env["WEIGHTKEEPER_CONFIG"] = str(settings.config_path)

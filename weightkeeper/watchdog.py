@@ -5,7 +5,8 @@ open and sends nothing, or a byte now and then, no fetching thread looks at the 
 watchdog thread of each fetch does, every TICK seconds: once the deadline has passed, `poll` raises
 (the model is being deleted), or fewer than `min_bytes_per_second * stall_seconds` bytes arrived in
 the last `stall_seconds` while a range was in flight, it fails the fetch and shuts down the socket
-of every range in flight, so that their blocked reads return at once.
+of every range in flight, so that their blocked reads return at once. So it does once this process's
+parent is gone (`ORPHANED`, set by `prefectserver.exit_with_parent`), in whatever thread the fetch runs.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from weightkeeper.errors import DownloadError
+from weightkeeper.errors import DownloadCancelled, DownloadError
 
 TICK = 0.5
+ORPHANED = threading.Event()  # this process's parent is gone: every fetch stops, keeping its partial files
 READ_CHUNK = 1 << 20
 
 
@@ -133,6 +135,9 @@ class Watchdog:
     def _run(self) -> None:
         while not self.stopped.wait(TICK):
             try:
+                if ORPHANED.is_set():
+                    raise DownloadCancelled(f"{self.what} stopped: the process that started this run is gone; "
+                                            "the partial files are kept for the next run")
                 if time.monotonic() > self.deadline:
                     raise DownloadError(f"{self.what} exceeded its timeout; `weightkeeper model ensure` resumes it "
                                         "from the partial files", permanent=True)
@@ -140,12 +145,16 @@ class Watchdog:
                 self._check_pace(time.monotonic())
             except BaseException as e:  # noqa: BLE001 - the fetch raises it
                 self.fail(e)
-                with self.lock:
-                    self.fired = True
-                    for conn in self.busy:
-                        if conn.abort:
-                            _quietly(conn.abort)
+                self.abort()
                 return
+
+    def abort(self) -> None:
+        """Shut down the socket of every range in flight: their blocked reads return at once."""
+        with self.lock:
+            self.fired = True
+            for conn in self.busy:
+                if conn.abort:
+                    _quietly(conn.abort)
 
     def _check_pace(self, now: float) -> None:
         """Fail when fewer than the minimum bytes arrived over the last `stall_seconds` with a range in flight."""

@@ -286,14 +286,15 @@ def _version(engine: Engine) -> str | None:
 
 def open_registry(url: str) -> Registry:
     """The registry at `url`, migrated to the current schema; `ConfigError` naming it (its password hidden) when
-    that URL names no database SQLAlchemy knows, `UnavailableError` when it cannot be reached."""
+    that URL names no database SQLAlchemy knows, `UnavailableError` when the database answers with an error (it
+    cannot be reached, refuses the login, is locked or read-only, ...)."""
     try:
         return Registry(_engine(url))
     except ArgumentError as e:
         raise ConfigError(f"registry_url {_shown(url)}: {e}; use sqlite:///PATH or postgresql+psycopg://...") from None
     except OperationalError as e:
-        raise UnavailableError(f"cannot reach the registry at {_shown(url)}: {str(e.orig).strip().splitlines()[0]}; "
-                               "is the database running?") from None
+        why = (str(e.orig).strip().splitlines() or [type(e.orig).__name__])[0]
+        raise UnavailableError(f"the registry at {_shown(url)} cannot be used: {why}") from e
 
 
 def _shown(url: str) -> str:
