@@ -36,6 +36,32 @@ def processes(pattern: str) -> list[str]:
     return subprocess.run(["pgrep", "-f", "--", pattern], capture_output=True, text=True).stdout.split()
 
 
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def end(pid: int) -> None:
+    """Kill what a failed test would leave running."""
+    if not gone(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def gone(pid: int) -> bool:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def test_serve_sets_everything_up_and_stops_cleanly(wk):
     from prefect.client.orchestration import get_client
 
@@ -164,11 +190,14 @@ print(worker.pid, flush=True)
 time.sleep(600)
 """], stdout=subprocess.PIPE, text=True)
     worker = int(starter.stdout.readline())
-    wait_until(lambda: "started" in (tmp_path / "w.log").read_text(errors="replace"), 60, "the worker to start")
-    starter.send_signal(signal.SIGKILL)
-    starter.wait()
-    wait_until(lambda: not os.path.exists(f"/proc/{worker}") or "Z" in open(f"/proc/{worker}/stat").read().split()[2],
-               30, "the worker to exit")
+    try:
+        wait_until(lambda: "started" in (tmp_path / "w.log").read_text(errors="replace"), 60, "the worker to start")
+        starter.send_signal(signal.SIGKILL)
+        starter.wait()
+        wait_until(lambda: gone(worker), 30, "the worker to exit")
+    finally:
+        starter.kill()
+        end(worker)
 
 
 @contextlib.contextmanager
@@ -209,36 +238,20 @@ print(run.pid, flush=True)
 time.sleep(600)
 """], stdout=subprocess.PIPE, text=True)
     run_pid = int(worker.stdout.readline())
-    worker.send_signal(signal.SIGKILL)
-    worker.wait()
-    wait_until(lambda: gone(run_pid), 30, "the flow-run process to end")
-
-
-def children(pid: int) -> list[int]:
-    """The processes whose parent is `pid`."""
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            if entry.isdigit() and int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry))
-        except OSError:
-            continue
-    return found
-
-
-def gone(pid: int) -> bool:
     try:
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        wait_until(lambda: gone(run_pid), 30, "the flow-run process to end")
+    finally:
+        end(run_pid)
 
 
 def test_a_run_still_downloading_ends_with_serve(wk, hub, tmp_path):
     """A supervisor stops `serve` (SIGTERM) while a model downloads: its worker stops, and so does the flow-run
-    process the worker started in a session of its own, which would otherwise go on downloading, unseen. The
-    next `serve` resumes the model from its partial files."""
+    process the worker started in a session of its own, which would otherwise go on downloading, unseen."""
     hub.add_repo("acme/ends-with-serve", tiny_files("ends-with-serve", shards=1, shard_size=8 << 20))
     hub.set_throttle(64 * 1024, repo_id="acme/ends-with-serve")  # 128 s for the shard
+    runs: list[int] = []
     try:
         with serving(wk, tmp_path, workspaces=wk._workspaces[:1], work_pool="ends-with-serve",
                      hf_endpoint=hub.url) as (serve, api):
@@ -249,9 +262,11 @@ def test_a_run_still_downloading_ends_with_serve(wk, hub, tmp_path):
                        180, "bytes to arrive")
             runs = [run for worker in children(serve.pid) for run in children(worker)]
             assert runs, "no flow-run process under serve's workers"
+        wait_until(lambda: all(gone(run) for run in runs), 90, "the flow-run processes to end")
     finally:
         hub.set_throttle(None, repo_id="acme/ends-with-serve")
-    wait_until(lambda: all(gone(run) for run in runs), 90, "the flow-run processes to end")
+        for run in runs:
+            end(run)
 
 
 def peak(intervals: list[tuple]) -> int:
