@@ -3,9 +3,9 @@
 A lease names its holder (a run id, the host, the process id and start time) and when it lapses. It can be
 taken when nobody holds it, when its holder asks again, when it lapsed, or at once when its holder was a
 process on this host that is gone (pid and start time: a reused pid is another process). A holder is all four:
-a second process of one run (a rescheduled pod, a re-run engine) is another holder, never the same one. `takeable` is
-that rule, pure; the registry takes, renews and drops leases inside the transactions that change what they
-guard, and `weightkeeper.lease` renews them from one thread per process.
+a second process of one run (a rescheduled pod, a re-run engine) is another holder. `takeable` is that rule,
+pure; the registry takes, renews and drops leases inside the transactions that change what they guard, and
+`weightkeeper.lease` renews them from one thread per process.
 """
 
 from __future__ import annotations
