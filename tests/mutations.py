@@ -732,10 +732,12 @@ MUTATIONS = {
         "weightkeeper/tenancy.py", '    if out["targets"] is not None:', "    if False:",
         "tests/test_tenancy.py::test_others_see_only_public_models_without_secrets_paths_or_messages"),
     "nesting-names-others-model": (
-        "weightkeeper/registry/store.py", "if owner in (None, other.owner_name) else", "if True else",
+        "weightkeeper/registry/store.py", "named(other.name, owner not in (None, other.owner_name))",
+        "named(other.name, False)",
         "tests/test_tenancy.py::test_others_see_only_public_models_without_secrets_paths_or_messages"),
     "taken-path-names-others-model": (
-        "weightkeeper/registry/store.py", "if names_others or owner == spec.owner_name else", "if True else",
+        "weightkeeper/registry/store.py", "named(holder, not names_others and owner != spec.owner_name)",
+        "named(holder, False)",
         "tests/test_tenancy.py::test_others_see_only_public_models_without_secrets_paths_or_messages"),
     "private-workspace-named-in-refusal": (
         "weightkeeper/planning.py", ("        usable = [w.name for w in workspaces if w.usable_by(owner)]",
@@ -921,8 +923,8 @@ MUTATIONS = {
         "weightkeeper/prefectserver.py", "    if stat.S_IMODE(directory.lstat().st_mode) & 0o077:", "    if False:",
         "tests/test_prefectserver.py::test_each_home_keeps_its_own_prefect_server_under_it_and_sees_only_its_own_runs"),
     "claim-names-another-users-model": (
-        "weightkeeper/registry/store.py", "return \"another user's model\" if self.foreign else f\"model {self.other!r}\"",
-        "return f\"model {self.other!r}\"",
+        "weightkeeper/registry/store.py", "        return named(self.other, self.foreign)",
+        "        return named(self.other, False)",
         "tests/test_tenancy.py::test_a_path_claim_names_no_model_of_another_user "
         "tests/test_s3.py::test_waiting_on_another_users_deleted_staging_names_no_model_of_theirs"),
     "repair-shows-one-users-source-to-all": (
@@ -940,7 +942,8 @@ MUTATIONS = {
         "weightkeeper/registry/updates.py", "                return self._switch_back(s, row, held)", "                return False",
         "tests/test_tracking.py::test_a_partly_switched_model_goes_back_together_once_its_branch_returns"),
     "claim-switch-relinks-a-settled-path": (
-        "weightkeeper/registry/updates.py", "            if p.artifact_id and s.scalar(", "            if False and s.scalar(",
+        "weightkeeper/registry/updates.py", "            if _commits(s, [p]).get(p.artifact_id) == row.pending_commit:",
+        "            if False:",
         "tests/test_tracking.py::test_a_partly_switched_model_goes_back_together_once_its_branch_returns"),
     "switch-back-recorded-as-a-switch": (
         "weightkeeper/registry/updates.py", "            if row.pending_commit == row.commit:", "            if False:",

@@ -155,8 +155,13 @@ class Claim:
 
     @property
     def who(self) -> str:
-        """The other model as the claimant's owner may read it: another user's is not named."""
-        return "another user's model" if self.foreign else f"model {self.other!r}"
+        """The other model as the claimant's owner may read it."""
+        return named(self.other, self.foreign)
+
+
+def named(model: str, foreign: bool) -> str:
+    """A model as a message names it: by name, unless it is another user's (its owner may keep it from others)."""
+    return "another user's model" if foreign else f"model {model!r}"
 
 
 @dataclass(frozen=True)
@@ -368,7 +373,7 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
         other = session.execute(select(ModelRow.name, ModelRow.owner_name).join(LocalPathRow).where(
             LocalPathRow.cluster == cluster, near, ModelRow.id != getattr(exclude, "id", -1))).first()
         if other is not None:
-            return f"model {other.name!r}" if owner in (None, other.owner_name) else "another user's model"
+            return named(other.name, owner not in (None, other.owner_name))
         copy = session.scalars(select(ArtifactRow.path).where(ArtifactRow.cluster == cluster, or_(
             ArtifactRow.path.in_(outer), ArtifactRow.path.startswith(path + "/", autoescape=True)))).first()
         return f"the shared copy {copy}" if copy is not None else None
@@ -421,7 +426,7 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
 
             def who(holder: str) -> str:  # another owner's model is named only where `names_others`
                 owner = s.scalar(select(ModelRow.owner_name).where(ModelRow.name == holder))
-                return f"model {holder!r}" if names_others or owner == spec.owner_name else "another user's model"
+                return named(holder, not names_others and owner != spec.owner_name)
 
             taken = []
             for p in plan.paths:

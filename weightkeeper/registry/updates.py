@@ -29,6 +29,14 @@ def update_due(now: datetime, interval: float):
     return and_(ModelRow.phase == READY, or_(requested, and_(ModelRow.track.is_(True), asked)))
 
 
+def _commits(s: Session, paths: list[LocalPathRow]) -> dict[int, str]:
+    """The commit of each shared copy these paths link to, by copy id (a path linking to none has no entry)."""
+    ids = [p.artifact_id for p in paths if p.artifact_id]
+    if not ids:
+        return {}
+    return dict(s.execute(select(ArtifactRow.id, ArtifactRow.commit).where(ArtifactRow.id.in_(ids))).all())
+
+
 class UpdateOps:
     """Mixed into `Registry`; uses its `_tx`, `_model`, `_path` and lease helpers."""
 
@@ -79,8 +87,7 @@ class UpdateOps:
         """The model's live Ready paths whose link names a copy of another commit than the model's (a switch that
         did not finish left them there)."""
         live = [p for p in row.paths if not p.retired and p.status == READY and p.artifact_id]
-        commits = dict(s.execute(select(ArtifactRow.id, ArtifactRow.commit).where(
-            ArtifactRow.id.in_([p.artifact_id for p in live] or [-1]))).all())
+        commits = _commits(s, live)
         return [p.path for p in live if commits.get(p.artifact_id, row.commit) != row.commit]
 
     def _switch_back(self, s: Session, row: ModelRow, held: str | None) -> bool:
@@ -105,8 +112,7 @@ class UpdateOps:
                 return "deleting"
             if row.phase != READY or not row.pending_commit or p.status != READY or p.retired:
                 return "settled"
-            if p.artifact_id and s.scalar(select(ArtifactRow.commit).where(
-                    ArtifactRow.id == p.artifact_id)) == row.pending_commit:
+            if _commits(s, [p]).get(p.artifact_id) == row.pending_commit:
                 return "settled"
             back = row.pending_commit == row.commit  # restores the commit another model joined the path on
             if not back and self._shared(s, row, p):  # another model took the path since the switch was asked for
@@ -155,8 +161,7 @@ class UpdateOps:
                     row.pending_commit = row.pending_files = None
                 return None
             live = [p for p in row.paths if not p.retired]
-            commits = dict(s.execute(select(ArtifactRow.id, ArtifactRow.commit).where(
-                ArtifactRow.id.in_([p.artifact_id for p in live if p.artifact_id] or [-1]))).all())
+            commits = _commits(s, live)
             if not live or any(commits.get(p.artifact_id) != row.pending_commit for p in live):
                 return None
             switched = (row.commit, row.pending_commit)
