@@ -1018,6 +1018,18 @@ MUTATIONS = {
     "orphaned-fetch-goes-on": (
         "weightkeeper/watchdog.py", "                if ORPHANED.is_set():", "                if False:",
         "tests/test_download.py::test_a_download_in_any_thread_stops_once_its_process_is_orphaned"),
+    'create-replay-ignored': (
+        'weightkeeper/registry/store.py', 'if spec.request_key and existing.request_key == spec.request_key and existing.phase != DELETING:',
+        'if False:',
+        'tests/test_tenancy.py::test_a_create_repeated_with_its_key_answers_with_its_model_and_no_other_does'),
+    'create-replay-any-body': (
+        'weightkeeper/api.py', '{caller.name}\\0{key}\\0{body.model_dump_json()}',
+        '{caller.name}\\0{key}',
+        'tests/test_tenancy.py::test_a_create_repeated_with_its_key_answers_with_its_model_and_no_other_does'),
+    'create-replay-any-caller': (
+        'weightkeeper/api.py', '{caller.name}\\0{key}\\0{body.model_dump_json()}',
+        '{key}\\0{body.model_dump_json()}',
+        'tests/test_tenancy.py::test_a_create_repeated_with_its_key_answers_with_its_model_and_no_other_does'),
 }
 
 

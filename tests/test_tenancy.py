@@ -246,3 +246,25 @@ def test_a_path_claim_names_no_model_of_another_user(api):
         reg.mark_deleting("bob-wait")  # its claim stops at its next poll
         waiting.join(30)
     assert isinstance(waiting.result.get("error"), DownloadCancelled)
+
+
+def test_a_create_repeated_with_its_key_answers_with_its_model_and_no_other_does(api):
+    """A client that lost the answer sends its create again with the same `Idempotency-Key`: it gets its model (201),
+    once. Another key, another body or another caller with that key is a new request and conflicts (409)."""
+    body = {"workspaces": ["team-a"], "subpath": "proj"}
+    key = {"Idempotency-Key": "create-once"}
+    first = api.create("idem", "hf://acme/idem", headers=key, **body)
+    assert first.status_code == 201, first.text
+    again = api.create("idem", "hf://acme/idem", headers=key, **body)
+    assert again.status_code == 201, again.text
+    assert {k: v for k, v in again.json().items() if k != "run"} == {k: v for k, v in first.json().items() if k != "run"}
+    assert len(api.registry.list_models()) == 1
+    for user, headers, changed in (("alice", {"Idempotency-Key": "another"}, body),
+                                   ("alice", {}, body),
+                                   ("alice", key, {**body, "subpath": "other"}),
+                                   ("bob", key, body)):
+        r = api.create("idem", "hf://acme/idem", user, headers=headers, **changed)
+        assert r.status_code == 409 and r.json()["code"] == "AlreadyExists", (user, headers, r.text)
+    api.registry.mark_deleting("idem")
+    r = api.create("idem", "hf://acme/idem", headers=key, **body)  # no answer with a model being deleted
+    assert r.status_code == 409 and r.json()["code"] == "ResourceProcessing", r.text

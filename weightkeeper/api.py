@@ -118,6 +118,11 @@ def run_key(flow: str, model: Model, caller: User, key: str | None) -> str:
     return f"api/{flow}/{model.name}/{model.id}/{mine}"
 
 
+def request_key(caller: User, key: str, body: BaseModel) -> str:
+    """The digest of a create request: its caller, `Idempotency-Key` and body (a repeat matches it exactly)."""
+    return hashlib.sha256(f"{caller.name}\0{key}\0{body.model_dump_json()}".encode()).hexdigest()
+
+
 @asynccontextmanager
 async def _frozen_heap(_: FastAPI) -> AsyncIterator[None]:
     """Once serving, leave what start-up made (modules, Prefect, SQLAlchemy: ~200,000 objects) out of the
@@ -209,18 +214,20 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
     @app.post("/api/v1/models", status_code=status.HTTP_201_CREATED,
               responses={409: {"model": Problem}, 422: {"model": Problem}})
     def create_model(body: ModelCreate, caller: Caller, key: IdempotencyKey = None) -> dict:
-        """Declare a model owned by the caller and start ensure-model. 403 for a token block or S3 prefix the
-        caller may not use; 409 `ResourceProcessing` while a deleting model still holds a target path; 409
-        `AlreadyExists` when live models hold them all; 409 `InsufficientCapacity` when its size would take a
-        workspace past its `capacity_bytes` (such a model is resolved now to know it: 503 if its source cannot
-        be asked)."""
+        """Declare a model owned by the caller and start ensure-model. The same request repeated with its
+        `Idempotency-Key` (same caller, same body) answers with the model it declared, while that model lives.
+        403 for a token block or S3 prefix the caller may not use; 409 `ResourceProcessing` while a deleting
+        model still holds a target path; 409 `AlreadyExists` when live models hold them all; 409
+        `InsufficientCapacity` when its size would take a workspace past its `capacity_bytes` (such a model is
+        resolved now to know it: 503 if its source cannot be asked)."""
         if reason := refusal(caller, body.source, body.tokenBlock):
             raise HTTPException(403, reason)
         model = declare_model(settings, registry, name=body.name, source=body.source, owner_name=caller.name,
                               owner_uid=caller.uid, workspaces=body.workspaces, subpath=body.subpath,
                               token_block=body.tokenBlock, download_policy=body.downloadPolicy,
                               keep_files=body.keepFiles, include=body.include, exclude=body.exclude,
-                              track=body.track, names_others=caller.admin)
+                              track=body.track, names_others=caller.admin,
+                              request_key=key and request_key(caller, key, body))
         return {**view(model, caller), "run": start(ENSURE_FLOW, model, caller, key)}
 
     @app.get("/api/v1/models", responses={422: {"model": Problem}})

@@ -53,9 +53,11 @@ def declare_model(settings: Settings, registry: Registry, *, name: str, source: 
                   owner_uid: int, workspaces: list[str] | None = None, subpath: str | None = None,
                   token_block: str | None = None, download_policy: str | None = None,
                   keep_files: bool = False, include: list[str] | None = None,
-                  exclude: list[str] | None = None, track: bool = False, names_others: bool = True) -> Model:
+                  exclude: list[str] | None = None, track: bool = False, names_others: bool = True,
+                  request_key: str | None = None) -> Model:
     """Validate a declaration, plan its paths and record it Pending (`names_others`: a refusal may name another
-    owner's model, as it may to an admin)."""
+    owner's model, as it may to an admin; `request_key`: the API request's digest, whose repeat answers with the
+    model it declared)."""
     validate_model_name(name)
     parsed = parse_source(source)
     if isinstance(parsed, S3Source):
@@ -87,7 +89,8 @@ def declare_model(settings: Settings, registry: Registry, *, name: str, source: 
                      download_policy=download_policy, keep_files=keep_files, include=include, exclude=exclude,
                      track=track,
                      commit=snapshot and snapshot.commit, files=snapshot and [f.to_json() for f in snapshot.files],
-                     source_uri=parsed.uri if snapshot and isinstance(parsed, S3Source) else None)
+                     source_uri=parsed.uri if snapshot and isinstance(parsed, S3Source) else None,
+                     request_key=request_key)
     return registry.create_model(spec, plan, settings.workspaces, names_others)
 
 

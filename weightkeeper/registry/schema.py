@@ -77,6 +77,7 @@ class ModelRow(Base):
     pending_files: Mapped[list | None] = mapped_column(JSON)
     head_checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # last ask of the head
     switched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # the last switch of commit
+    request_key: Mapped[str | None] = mapped_column(String(64))  # digest of the API request that declared it
 
     paths: Mapped[list[LocalPathRow]] = relationship(
         back_populates="model", cascade="all, delete-orphan", order_by="LocalPathRow.id"

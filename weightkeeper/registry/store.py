@@ -185,6 +185,7 @@ class ModelSpec:
     commit: str | None = None  # pinned at creation (when a workspace's capacity needed its size)
     files: list[dict] | None = None
     source_uri: str | None = None  # an s3:// source pinned at creation: where its files are
+    request_key: str | None = None  # digest of the API request (caller, Idempotency-Key, body) that declares it
 
 
 def _patterns(include: list | None, exclude: list | None) -> tuple[list | None, list]:
@@ -411,7 +412,8 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
         """Record a new Pending model with one Pending entry per planned path.
 
         Refused with `ResourceProcessing` while a deleting model still holds a target path, with
-        `AlreadyExists` when the name is taken or live models hold every target path, and with
+        `AlreadyExists` when the name is taken (unless by this very request repeated: `request_key`, and then that
+        model is the answer) or live models hold every target path, and with
         `InsufficientCapacity` when its pinned size would take a workspace of `workspaces` past its
         `capacity_bytes` (decided in the transaction that records it, so two creations never both fit).
         """
@@ -419,6 +421,8 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
         with self._tx(path_lock=True) as s:
             existing = s.scalars(select(ModelRow).where(ModelRow.name == spec.name)).first()
             if existing is not None:
+                if spec.request_key and existing.request_key == spec.request_key and existing.phase != DELETING:
+                    return _view(existing)
                 if existing.phase == DELETING:
                     raise ConflictError(f"model {spec.name!r} is still being deleted; create it again once it is released", "ResourceProcessing")
                 raise ConflictError(f"model {spec.name!r} already exists", "AlreadyExists")
@@ -450,7 +454,7 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
                 files=spec.files,
                 size_bytes=sum(f["size"] for f in spec.files or ()), staging_uri=spec.source_uri, phase=PENDING,
                 message="; ".join(plan.skipped), created_at=now, updated_at=now,
-                cleanup_attempts=0,
+                cleanup_attempts=0, request_key=spec.request_key,
             )
             row.paths = [LocalPathRow(workspace=p.workspace, cluster=p.cluster, path=p.path, status=PENDING, message="",
                                       bytes_done=0, bytes_total=0, owned=False, updated_at=now) for p in plan.paths]
