@@ -177,6 +177,10 @@ def _clean(settings: Settings, registry, name: str, entry, holder: Holder, attem
             registry.remove_path(name, path_id)
             logger.info("%s: %s is also used by live model %r; files kept", name, entry.path, other)
             return "kept"
+        if settings.workspace(entry.workspace) is None:
+            raise UnsafePathError(f"refusing to remove {entry.path!r}: workspace {entry.workspace!r} is no longer "
+                                  f"declared in {settings.config_path or '$WEIGHTKEEPER_CONFIG'}; declare it again with "
+                                  "the volume that holds this path so its files can be removed")
         check_removable(entry.path, settings.volume_rules)
         if entry.adopted and entry.made == LEGACY:  # it held others' files first: take away only what weightkeeper put there
             files = [f["path"] for f in registry.get_model(name).files or []]

@@ -1030,6 +1030,10 @@ MUTATIONS = {
         'weightkeeper/api.py', '{caller.name}\\0{key}\\0{body.model_dump_json()}',
         '{key}\\0{body.model_dump_json()}',
         'tests/test_tenancy.py::test_a_create_repeated_with_its_key_answers_with_its_model_and_no_other_does'),
+    'cleanup-undeclared-workspace-unexplained': (
+        'tasks/cleanup.py', '        if settings.workspace(entry.workspace) is None:',
+        '        if False:',
+        'tests/test_lifecycle.py::test_a_path_whose_workspace_left_the_config_keeps_the_model_until_it_is_declared_again'),
 }
 
 

@@ -209,6 +209,24 @@ def test_cleanup_failure_keeps_model_and_retry_releases_it(wk, hub, immutable):
     assert not path.exists() and wk.registry.find_model("stuck") is None
 
 
+def test_a_path_whose_workspace_left_the_config_keeps_the_model_until_it_is_declared_again(wk, hub):
+    """The files are never released unremoved: the message says which workspace to declare again, and then
+    the deletion finishes."""
+    hub.add_repo("acme/gone-ws", tiny_files("gone-ws"))
+    wk.declare("gone-ws", "hf://acme/gone-ws", workspaces=["team-a"])
+    assert ensure_model("gone-ws") == "Ready"
+    path = Path(wk.registry.get_model("gone-ws").local_paths[0].path)
+    wk.rewrite(hf_endpoint=hub.url, workspaces=[w for w in wk._workspaces if w["name"] != "team-a"])
+    with pytest.raises(Exception, match="cleanup of 'gone-ws' incomplete"):
+        delete_model("gone-ws")
+    model = wk.registry.get_model("gone-ws")
+    assert model.phase == "Deleting" and path.is_dir() and model.local_paths
+    assert f"workspace 'team-a' is no longer declared in {wk.config}; declare it again" in model.message
+    wk.rewrite(hf_endpoint=hub.url)
+    assert delete_model("gone-ws") == "Released"
+    assert not path.exists() and wk.registry.find_model("gone-ws") is None
+
+
 def test_live_models_directory_is_kept(wk, hub):
     files = tiny_files("shared")
     hub.add_repo("acme/shared", files)
