@@ -372,6 +372,10 @@ def download_snapshot(name: str, path_id: int, snapshot: Snapshot):
         if ws is None or not ws.volume:
             raise DownloadError(f"workspace {entry.workspace!r} of {entry.path} is no longer declared with a volume "
                                 f"in {settings.config_path or 'the config'}", permanent=True)
+        if not os.path.isdir(ws.volume):
+            raise DownloadError(f"volume {ws.volume} of workspace {entry.workspace!r} is not a directory on this host "
+                                "(not mounted?): mount it, or correct the workspace's volume, and retry the model",
+                                permanent=True)
         sharing = model.download_policy == REUSE_IF_EXISTS
         if sharing and (problem := sharing_problem(entry.path, ws.volume, ws.models_dir)):
             raise DownloadError(f"{problem}; use always-download or a path inside the models root", permanent=True)

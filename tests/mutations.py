@@ -1034,6 +1034,14 @@ MUTATIONS = {
         'tasks/cleanup.py', '        if settings.workspace(entry.workspace) is None:',
         '        if False:',
         'tests/test_lifecycle.py::test_a_path_whose_workspace_left_the_config_keeps_the_model_until_it_is_declared_again'),
+    'missing-volume-unexplained': (
+        'tasks/download.py', '        if not os.path.isdir(ws.volume):',
+        '        if False:',
+        'tests/test_lifecycle.py::test_a_volume_missing_on_this_host_fails_the_path_saying_so_and_makes_nothing'),
+    'api-empty-workspaces-mean-all': (
+        'weightkeeper/api.py', 'Field(default=None, min_length=1, max_length=64,',
+        'Field(default=None, max_length=64,',
+        'tests/test_tenancy.py::test_over_long_or_control_input_answers_422_and_writes_nothing'),
 }
 
 

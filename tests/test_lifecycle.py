@@ -407,6 +407,17 @@ def test_private_workspace_without_volume_fails_the_model(wk, hub):
     assert "no volume" in wk.registry.get_model("novol").message
 
 
+def test_a_volume_missing_on_this_host_fails_the_path_saying_so_and_makes_nothing(wk, hub):
+    hub.add_repo("acme/unmounted", tiny_files("unmounted"))
+    missing = wk.root / "not-mounted"
+    wk.rewrite(hf_endpoint=hub.url, workspaces=[{**wk._workspaces[0], "volume": str(missing)}])
+    wk.declare("unmounted", "hf://acme/unmounted", workspaces=["team-a"])
+    assert ensure_model("unmounted") == "Failed"
+    assert (f"team-a: volume {missing} of workspace 'team-a' is not a directory on this host (not mounted?)"
+            in wk.registry.get_model("unmounted").message)
+    assert not missing.exists()
+
+
 def test_download_cap_is_never_exceeded(wk, hub, monkeypatch):
     """At most the limit download at once; a waiting path says so, and writes the same message again at most
     every PROGRESS_SECONDS, however often it polls for a slot."""

@@ -187,6 +187,7 @@ def bad_requests():
     yield "long-subpath", {**ok, "subpath": "s" * 256}, {}
     yield "nul-subpath", {**ok, "subpath": "s\x00"}, {}
     yield "too-many-workspaces", {**ok, "workspaces": ["team-a"] * 65}, {}
+    yield "no-workspace", {**ok, "workspaces": []}, {}  # not "every public one": that is leaving it out
     yield "long-workspace", {**ok, "workspaces": ["w" * 64]}, {}
     yield "nul-workspace", {**ok, "workspaces": ["team-a\x00"]}, {}
 

@@ -47,8 +47,8 @@ class ModelCreate(BaseModel):
 
     name: str = Field(max_length=63, pattern=PLAIN, description="lowercase letters, digits and '-'")
     source: str = Field(max_length=512, pattern=PLAIN, description="hf://owner/name[@revision] or s3://bucket/prefix/")
-    workspaces: list[Plain] | None = Field(default=None, max_length=64,
-                                           description="target workspaces (default: every public one)")
+    workspaces: list[Plain] | None = Field(default=None, min_length=1, max_length=64,
+                                           description="target workspaces, at least one (left out: every public one)")
     subpath: str | None = Field(default=None, max_length=255, pattern=PLAIN)
     tokenBlock: str | None = Field(default=None, pattern=NAME,
                                    description="name of a Prefect Secret block with the HF token (one of yours)")
