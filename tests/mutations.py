@@ -1042,6 +1042,18 @@ MUTATIONS = {
         'weightkeeper/api.py', 'Field(default=None, min_length=1, max_length=64,',
         'Field(default=None, max_length=64,',
         'tests/test_tenancy.py::test_over_long_or_control_input_answers_422_and_writes_nothing'),
+    'act-on-a-name-not-the-model-seen': (
+        'weightkeeper/registry/store.py', 'if row is None or seen is not None and (row.id, _utc(row.created_at)) != (seen.id, seen.created_at):',
+        'if row is None:',
+        'tests/test_tenancy.py::test_a_delete_or_retry_never_lands_on_the_model_declared_under_its_name_since'),
+    'model-seen-by-its-id-alone': (
+        'weightkeeper/registry/store.py', 'if row is None or seen is not None and (row.id, _utc(row.created_at)) != (seen.id, seen.created_at):',
+        'if row is None or seen is not None and row.id != seen.id:',
+        'tests/test_tenancy.py::test_a_delete_or_retry_never_lands_on_the_model_declared_under_its_name_since'),
+    'run-key-by-model-id-alone': (
+        'weightkeeper/api.py', '{key or uuid.uuid4()}\\0{made}',
+        '{key or uuid.uuid4()}',
+        'tests/test_tenancy.py::test_a_run_key_is_bound_to_the_model_declared_even_where_its_id_is_reused'),
 }
 
 

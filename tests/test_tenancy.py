@@ -269,3 +269,46 @@ def test_a_create_repeated_with_its_key_answers_with_its_model_and_no_other_does
     api.registry.mark_deleting("idem")
     r = api.create("idem", "hf://acme/idem", headers=key, **body)  # no answer with a model being deleted
     assert r.status_code == 409 and r.json()["code"] == "ResourceProcessing", r.text
+
+
+@pytest.mark.parametrize("action", ["delete", "retry"])
+def test_a_delete_or_retry_never_lands_on_the_model_declared_under_its_name_since(api, monkeypatch, action):
+    """Bob's request passes the owner check for his model `swap`; before it acts, his model is released and alice
+    declares `swap`: the request answers 404 and her model is untouched (the check and the act are one)."""
+    assert api.create("swap", "hf://acme/bobs", "bob", workspaces=["team-a"]).status_code == 201
+    api.registry.set_phase("swap", "Failed", "as a failed download leaves it")
+    real = getattr(type(api.registry), f"{'mark_deleting' if action == 'delete' else 'retry_model'}")
+
+    def swapped(self, name, *args, **kw):
+        with self.engine.begin() as conn:
+            conn.execute(text("DELETE FROM local_paths WHERE model_id IN (SELECT id FROM models WHERE name = 'swap')"))
+            conn.execute(text("DELETE FROM models WHERE name = 'swap'"))
+        assert api.create("swap", "hf://acme/alices", workspaces=["team-a"]).status_code == 201
+        self.set_phase("swap", "Failed", "hers")
+        monkeypatch.setattr(type(self), real.__name__, real)
+        return real(self, name, *args, **kw)
+
+    monkeypatch.setattr(type(api.registry), real.__name__, swapped)
+    r = api.call(*(("DELETE", "/api/v1/models/swap") if action == "delete" else ("POST", "/api/v1/models/swap/retry")),
+                 "bob")
+    assert r.status_code == 404 and r.json() == {"code": "NotFound", "message": "model 'swap' does not exist"}, r.text
+    model = api.registry.get_model("swap")
+    assert (model.owner_name, model.phase, model.message) == ("alice", "Failed", "hers")
+
+
+def test_a_run_key_is_bound_to_the_model_declared_even_where_its_id_is_reused(api):
+    """SQLite gives a model declared again after a release the id of the one before: a key repeated for it still
+    starts a run of its own, never answering with the earlier model's run."""
+    from weightkeeper.api import run_key
+
+    alice = next(u for u in api.env.settings.users if u.name == "alice")
+    assert api.create("again", "hf://acme/again", workspaces=["team-a"]).status_code == 201
+    first = api.registry.get_model("again")
+    with api.registry.engine.begin() as conn:
+        conn.execute(text("DELETE FROM local_paths WHERE model_id = :id"), {"id": first.id})
+        conn.execute(text("DELETE FROM models WHERE id = :id"), {"id": first.id})
+    assert api.create("again", "hf://acme/again", workspaces=["team-a"]).status_code == 201
+    second = api.registry.get_model("again")
+    assert second.id == first.id or api.env.settings.registry_url.startswith("postgresql")
+    assert run_key("ensure-model", first, alice, "k") != run_key("ensure-model", second, alice, "k")
+    assert run_key("ensure-model", second, alice, "k") == run_key("ensure-model", second, alice, "k")

@@ -112,9 +112,11 @@ def _run(flow_run_id: str | None, note: str) -> dict:
 
 def run_key(flow: str, model: Model, caller: User, key: str | None) -> str:
     """The idempotency key of a run started for `model`: the caller's `Idempotency-Key` (a fresh one without) bound
-    to the caller and to this model's registry id, so the same key never answers with another user's run, nor with
-    a run of an earlier model of that name. Hashed: a lease holder keeps it (the key has no control character)."""
-    mine = hashlib.sha256(f"{caller.name}\0{key or uuid.uuid4()}".encode()).hexdigest()
+    to the caller and to this model (its registry id and creation time: SQLite may reuse an id), so the same key
+    never answers with another user's run, nor with a run of an earlier model of that name. Hashed: a lease holder
+    keeps it (the key has no control character)."""
+    made = model.created_at.isoformat() if model.created_at else ""
+    mine = hashlib.sha256(f"{caller.name}\0{key or uuid.uuid4()}\0{made}".encode()).hexdigest()
     return f"api/{flow}/{model.name}/{model.id}/{mine}"
 
 
@@ -259,16 +261,14 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
     def delete_model(name: Name, caller: Caller, key: IdempotencyKey = None) -> dict:
         """Mark the model Deleting and start delete-model; cleanup goes on after the answer. Repeating it is
         harmless: no second run starts while one works on the model."""
-        owned(name, caller)
-        model = registry.mark_deleting(name)
+        model = registry.mark_deleting(name, owned(name, caller))  # that very model: not one declared since
         return {**view(model, caller), "run": start(DELETE_FLOW, model, caller, key)}
 
     @app.post("/api/v1/models/{name}/retry", status_code=status.HTTP_202_ACCEPTED,
               responses={404: {"model": Problem}, 409: {"model": Problem}})
     def retry_model(name: Name, caller: Caller, key: IdempotencyKey = None) -> dict:
         """Make a Failed model Pending again and start ensure-model (409 `NotFailed` in any other phase)."""
-        owned(name, caller)
-        model = registry.retry_model(name)
+        model = registry.retry_model(name, owned(name, caller))
         return {**view(model, caller), "run": start(ENSURE_FLOW, model, caller, key)}
 
     collectors = metrics_registry(settings, registry)

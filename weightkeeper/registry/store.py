@@ -325,10 +325,12 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
             yield session
 
     @staticmethod
-    def _model(session: Session, name: str, lock: bool = True) -> ModelRow:
+    def _model(session: Session, name: str, lock: bool = True, seen: Model | None = None) -> ModelRow:
+        """The model of that name (`seen`: only while it is that very model; SQLite may give a model declared
+        since under the name the same id, never the same creation time)."""
         query = select(ModelRow).where(ModelRow.name == name).options(selectinload(ModelRow.paths))
         row = session.scalars(query.with_for_update() if lock else query).first()
-        if row is None:
+        if row is None or seen is not None and (row.id, _utc(row.created_at)) != (seen.id, seen.created_at):
             raise NotFoundError(f"model {name!r} does not exist")
         return row
 
@@ -556,10 +558,11 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
                 row.phase, row.message, row.updated_at = phase, scrub_message(message), utcnow()
             return _view(row)
 
-    def retry_model(self, name: str) -> Model:
-        """Make a Failed model Pending again, with its failed paths; refused in any other phase."""
+    def retry_model(self, name: str, seen: Model | None = None) -> Model:
+        """Make a Failed model Pending again, with its failed paths; refused in any other phase. With `seen`, as
+        `mark_deleting`."""
         with self._tx() as s:
-            row = self._model(s, name)
+            row = self._model(s, name, seen=seen)
             if row.phase != FAILED:
                 raise ConflictError(f"model {name!r} is {row.phase}; only a Failed model can be retried", "NotFailed")
             row.phase, row.message, row.updated_at = PENDING, "retry requested", utcnow()
@@ -633,10 +636,11 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
             row = self._model(s, name)
             row.staging_uri, row.staging_owned, row.updated_at = None, False, utcnow()
 
-    def mark_deleting(self, name: str) -> Model:
-        """Mark a model Deleting (idempotent). From here on it never becomes live again."""
+    def mark_deleting(self, name: str, seen: Model | None = None) -> Model:
+        """Mark a model Deleting (idempotent). From here on it never becomes live again. With `seen`, only that
+        model: one declared since under the same name answers as if it did not exist."""
         with self._tx(path_lock=True) as s:
-            row = self._model(s, name)
+            row = self._model(s, name, seen=seen)
             if row.phase != DELETING:
                 row.phase, row.message = DELETING, "deletion requested: stopping downloads"
                 row.deletion_time = row.updated_at = utcnow()
