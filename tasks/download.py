@@ -236,6 +236,18 @@ def shared_copy_path(ws: Workspace, model: Model, snapshot: Snapshot) -> str:
                          maker_uid=model.owner_uid if owners else None)
 
 
+def _prove_access(settings: Settings, registry: Registry, model: Model, entry: LocalPath, snapshot: Snapshot,
+                  switch: bool) -> None:
+    """Prove the model's token before it is given files another model fetched; refused, a path not yet linked is
+    no user of the copy (it never keeps the files of a gated repository once their owner's model is gone)."""
+    try:
+        check_access(settings, registry, model.source, model.token_block, snapshot)
+    except BaseException:
+        if not switch and entry.made != LINK:
+            registry.link_path(model.name, entry.id, None)
+        raise
+
+
 def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry: LocalPath, holder: Holder,
                      parent: Dir, name: str, snapshot: Snapshot, reporter: Reporter, switch: bool = False) -> str:
     """Link the entry's path (`name` in `parent`) to the verified shared copy of the snapshot on its volume (the
@@ -274,7 +286,7 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
                     # its marker counts while the registry says Ready: a copy whose repair failed is hashed first
                     ready = served = recorded.state == A_READY and is_ready(copy, snapshot.commit)
                     if not registry.fetched_with(artifact.id, model.token_block, model.name):  # files in place
-                        check_access(settings, registry, model.source, model.token_block, snapshot)  # are given
+                        _prove_access(settings, registry, model, entry, snapshot, switch)  # are given
                     if not ready:
                         _fill_shared_copy(settings, registry, model, snapshot, copy, artifact.id, copy_holder,
                                           reporter)

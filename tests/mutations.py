@@ -186,8 +186,8 @@ MUTATIONS = {
                               "tests/test_registry.py::test_staging_lease_and_who_holds_a_staged_prefix"),
     "stop-waits-for-pods": ("tasks/cleanup.py", "        pods = [] if active else _job_pods(settings, model)",
                             "        pods = []", "tests/test_kube.py::test_delete_waits_until_no_pod_of_a_download_run_remains"),
-    "failover-same-cluster": ("weightkeeper/planning.py", "if here.volume and w.cluster == here.cluster and",
-                              "if here.volume and", "tests/test_kube.py::test_failover_moves_only_to_the_same_volume_root_on_the_same_cluster"),
+    "failover-same-cluster": ("weightkeeper/planning.py", "(w.cluster, w.volume, w.public, w.owner) == (here.cluster,",
+                              "(here.cluster, w.volume, w.public, w.owner) == (here.cluster,", "tests/test_kube.py::test_failover_moves_only_to_the_same_volume_root_on_the_same_cluster"),
     "failover-capped": ("weightkeeper/registry/store.py", "if row.phase == DELETING or p.failover_attempts >= limit:",
                         "if row.phase == DELETING:", "tests/test_registry.py::test_failover_is_remembered_and_capped"),
     "job-env-scrubbed": ("weightkeeper/kube.py", 'if (not k.startswith("PREFECT_") or k in WORKER_ENV) and', "if",
@@ -1054,6 +1054,30 @@ MUTATIONS = {
         'weightkeeper/api.py', '{key or uuid.uuid4()}\\0{made}',
         '{key or uuid.uuid4()}',
         'tests/test_tenancy.py::test_a_run_key_is_bound_to_the_model_declared_even_where_its_id_is_reused'),
+    'cursor-id-beyond-int4': (
+        'weightkeeper/registry/listing.py', '        if len(key) == 2 and not 0 < key[1] < 1 << 31:',
+        '        if False:',
+        'tests/test_listing.py::test_a_forged_cursor_that_no_column_could_hold_answers_422'),
+    'failover-across-tenancy': (
+        'weightkeeper/planning.py', '(w.cluster, w.volume, w.public, w.owner) == (here.cluster, here.volume, here.public,\n                                                                                 here.owner)',
+        '(w.cluster, w.volume) == (here.cluster, here.volume)',
+        'tests/test_kube.py::test_failover_never_moves_a_path_into_or_out_of_sight_of_other_users'),
+    'failed-entry-holds-the-path': (
+        'weightkeeper/registry/store.py', 'or_(LocalPathRow.made.is_not(None), LocalPathRow.status != FAILED) if holding else true()',
+        'true()',
+        'tests/test_lifecycle.py::test_a_tokenless_model_of_a_gated_repository_never_keeps_its_files_once_their_owner_deletes_hers'),
+    'refused-model-stays-a-copy-user': (
+        'tasks/download.py', '            registry.link_path(model.name, entry.id, None)\n        raise',
+        '            pass\n        raise',
+        'tests/test_lifecycle.py::test_a_tokenless_model_of_a_gated_repository_never_keeps_its_files_once_their_owner_deletes_hers'),
+    'api-prefect-down-is-500': (
+        'weightkeeper/api.py', '        except (httpx.HTTPError, OSError) as e:  # recorded all the same',
+        '        except KeyError as e:  # recorded all the same',
+        'tests/test_tenancy.py::test_a_registry_or_prefect_out_of_reach_answers_503_or_records_the_request_for_reconcile'),
+    'api-registry-down-is-500': (
+        'weightkeeper/api.py', '    @app.exception_handler(OperationalError)\n',
+        '',
+        'tests/test_tenancy.py::test_a_registry_or_prefect_out_of_reach_answers_503_or_records_the_request_for_reconcile'),
 }
 
 

@@ -175,8 +175,8 @@ def test_workspace_kubernetes_config_is_validated(tmp_path):
         assert error in str(e.value)
 
 
-def ws(name: str, cluster: str = "east", volume: str | None = "/mnt/shared") -> Workspace:
-    return Workspace(name=name, volume=volume, cluster=cluster)
+def ws(name: str, cluster: str = "east", volume: str | None = "/mnt/shared", owner: str | None = None) -> Workspace:
+    return Workspace(name=name, volume=volume, cluster=cluster, public=owner is None, owner=owner)
 
 
 def test_failover_moves_only_to_the_same_volume_root_on_the_same_cluster():
@@ -188,6 +188,18 @@ def test_failover_moves_only_to_the_same_volume_root_on_the_same_cluster():
     assert failover_workspace(workspaces, "other-volume") is None
     assert failover_workspace([ws("p", volume=None), ws("q", volume=None)], "p") is None  # no volume, no move
     assert failover_workspace(workspaces, "gone") is None
+
+
+def test_failover_never_moves_a_path_into_or_out_of_sight_of_other_users():
+    """On one volume: alice's private workspaces fail over to each other only; a public one never to hers, nor to
+    bob's: the workspace a path is recorded in decides who sees the model."""
+    workspaces = [ws("team-a"), ws("alice-1", owner="alice"), ws("bob-1", owner="bob"), ws("alice-2", owner="alice"),
+                  ws("team-b")]
+    assert failover_workspace(workspaces, "alice-1").name == "alice-2"
+    assert failover_workspace(workspaces, "alice-2").name == "alice-1"
+    assert failover_workspace(workspaces, "team-a").name == "team-b"
+    assert failover_workspace(workspaces, "team-b").name == "team-a"
+    assert failover_workspace(workspaces, "bob-1") is None
 
 
 def test_jobs_of_workspaces_in_the_control_process_pool_run_inside_the_lifecycle_run(tmp_path):

@@ -479,3 +479,26 @@ def test_a_volumeless_private_target_fails_the_model_even_if_others_succeed(wk, 
     model = wk.registry.get_model("mixed")
     assert "no volume" in model.message and model.local_paths[0].status == "Ready"
 
+
+
+def test_a_tokenless_model_of_a_gated_repository_never_keeps_its_files_once_their_owner_deletes_hers(wk, hub):
+    """Bob declares alice's gated repository without a token on her shared path: refused by the Hub, his model
+    holds neither the path nor the copy, so her deletion removes her link and the copy with it."""
+    from prefect.blocks.system import Secret
+
+    token = "hf_GATEDpin1234567890"
+    commit = hub.add_repo("acme/gated-pin", tiny_files("gated-pin"), gated=True, token=token)
+    Secret(value=token).save("alice-hf-pin", overwrite=True)
+    shared = dict(workspaces=["team-a"], download_policy="reuse-if-exists")
+    wk.declare("alice-pin", "hf://acme/gated-pin", token_block="alice-hf-pin", **shared)
+    assert ensure_model("alice-pin") == "Ready"
+    path = wk.registry.get_model("alice-pin").local_paths[0].path
+    copy = os.path.realpath(path)
+    wk.declare("bob-pin", "hf://acme/gated-pin", owner_name="bob", owner_uid=1001, **shared)
+    assert wk.registry.get_model("bob-pin").local_paths[0].path == path
+    assert ensure_model("bob-pin") == "Failed"
+    assert wk.registry.get_model("bob-pin").local_paths[0].artifact_id is None  # no user of her copy
+    assert delete_model("alice-pin") == "Released"
+    assert not os.path.lexists(path) and not os.path.exists(copy) and commit in copy
+    assert wk.registry.list_artifacts() == []
+    assert wk.registry.get_model("bob-pin").phase == "Failed"  # his model stays, for him to retry with a token

@@ -210,7 +210,8 @@ def test_limits_and_bad_cursors_answer_422_in_one_line(listing):
 
 @pytest.mark.parametrize("sort, key", [("size", [10 ** 30, 1]), ("size", [0, -(10 ** 25)]), ("-size", [2 ** 63, 1]),
                                        ("created", ["2026-12-05T00:00:00+00:00", 2 ** 64]), ("name", ["m\x00"]),
-                                       ("name", ["\ud800"])])
+                                       ("name", ["\ud800"]), ("created", ["2026-12-05T00:00:00+00:00", 2 ** 31]),
+                                       ("size", [0, 2 ** 31]), ("-size", [2 ** 63 - 1, 0])])
 def test_a_forged_cursor_that_no_column_could_hold_answers_422(listing, sort, key):
     """A cursor of this very list (its sort and filters) whose key no column holds: 422, not a database error."""
     for i in range(2):

@@ -312,3 +312,32 @@ def test_a_run_key_is_bound_to_the_model_declared_even_where_its_id_is_reused(ap
     assert second.id == first.id or api.env.settings.registry_url.startswith("postgresql")
     assert run_key("ensure-model", first, alice, "k") != run_key("ensure-model", second, alice, "k")
     assert run_key("ensure-model", second, alice, "k") == run_key("ensure-model", second, alice, "k")
+
+
+def test_a_registry_or_prefect_out_of_reach_answers_503_or_records_the_request_for_reconcile(api, monkeypatch):
+    """Faults injected at the boundary (no registry or Prefect server can be made to vanish mid-request here): a
+    registry that cannot be reached answers 503 naming no statement; Prefect out of reach leaves the request
+    recorded (the model declared, deleting) with no run, which the next reconcile pass starts."""
+    import httpx
+    from sqlalchemy.exc import OperationalError
+
+    import weightkeeper.api
+
+    def unreachable(*_a, **_kw):
+        raise httpx.ConnectError("All connection attempts failed")
+
+    monkeypatch.setattr(weightkeeper.api, "start_deployment", unreachable)
+    r = api.create("offline", "hf://acme/offline", workspaces=["team-a"])
+    assert r.status_code == 201 and r.json()["run"]["flowRunId"] is None, r.text
+    assert "Prefect could not start the ensure-model run now (ConnectError)" in r.json()["run"]["message"]
+    r = api.call("DELETE", "/api/v1/models/offline")
+    assert r.status_code == 202 and api.registry.get_model("offline").phase == "Deleting", r.text
+
+    def down(*_a, **_kw):
+        raise OperationalError("SELECT models.name FROM models WHERE name = ?", ("offline",),
+                               Exception("connection to server at 127.0.0.1, port 5432 failed"))
+
+    monkeypatch.setattr(type(api.registry), "get_model", down)
+    r = api.call("GET", "/api/v1/models/offline")
+    assert r.status_code == 503, r.text
+    assert r.json() == {"code": "Unavailable", "message": "the registry cannot be reached now; retry later"}

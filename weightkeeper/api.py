@@ -16,12 +16,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Literal
 
+import httpx
 from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from weightkeeper.config import DELETE_FLOW, ENSURE_FLOW, Settings, User
@@ -158,6 +160,11 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
     def unavailable(_: Request, e: UnavailableError) -> JSONResponse:
         return problem(503, "Unavailable", str(e))
 
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(InterfaceError)
+    def registry_down(_: Request, e: DBAPIError) -> JSONResponse:  # the statement and its values are not shown
+        return problem(503, "Unavailable", "the registry cannot be reached now; retry later")
+
     @app.exception_handler(NotFoundError)
     def not_found(_: Request, e: NotFoundError) -> JSONResponse:
         return problem(404, "NotFound", str(e))
@@ -203,6 +210,9 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
             run_id = start_deployment(registry, settings, flow, model.name, run_key(flow, model, caller, key))
         except NoDeployment as e:
             return _run(None, f"{e}; the next reconcile pass starts it")
+        except (httpx.HTTPError, OSError) as e:  # recorded all the same: reconcile starts what is due
+            return _run(None, f"Prefect could not start the {flow} run now ({type(e).__name__}); the next reconcile "
+                              "pass starts it")
         return _run(run_id, f"{flow} run started" if run_id else f"a {flow} run is already working on it")
 
     def view(model: Model, caller: User) -> dict:

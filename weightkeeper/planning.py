@@ -190,11 +190,14 @@ MAX_FAILOVERS = 3
 def failover_workspace(workspaces: Sequence[Workspace], current: str) -> Workspace | None:
     """Where a crashed job of workspace `current` may run instead: the next workspace (in config order,
     wrapping around) of the same cluster that mounts the same volume root, so the recorded path is the
-    same directory. An equal mount path on another cluster is another filesystem: never a candidate."""
+    same directory, and that shows the path to the same users (public, or private to the same owner): a model
+    never moves into sight of users who could not see it, nor out of it. An equal mount path on another cluster
+    is another filesystem: never a candidate."""
     names = [w.name for w in workspaces]
     if current not in names:
         return None
     i = names.index(current)
     here = workspaces[i]
     return next((w for w in [*workspaces[i + 1:], *workspaces[:i]]
-                 if here.volume and w.cluster == here.cluster and w.volume == here.volume), None)
+                 if here.volume and (w.cluster, w.volume, w.public, w.owner) == (here.cluster, here.volume, here.public,
+                                                                                 here.owner)), None)

@@ -86,6 +86,8 @@ def decode_cursor(cursor: str, query: ListQuery) -> list:
         if any(v >= 1 << 63 or v < -(1 << 63) if type(v) is int else "\x00" in v or not v.encode()
                for v in key):  # encode(): a lone surrogate is no UTF-8 (UnicodeEncodeError is a ValueError)
             raise ValueError(key)  # no column holds it: a forged cursor
+        if len(key) == 2 and not 0 < key[1] < 1 << 31:
+            raise ValueError(key)  # nor is it a model's id (an INTEGER in PostgreSQL)
         if sort.lstrip("-") == "created":
             key[0] = datetime.fromisoformat(key[0])
     except (binascii.Error, ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError):

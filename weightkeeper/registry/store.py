@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 
-from sqlalchemy import ColumnElement, case, create_engine, delete, event, func, or_, select, text
+from sqlalchemy import ColumnElement, case, create_engine, delete, event, func, or_, select, text, true
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session, selectinload
@@ -343,18 +343,20 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
 
     @staticmethod
     def _owners(session: Session, cluster: str, path: str, exclude: ModelRow | ModelSpec | None,
-                share: bool = True) -> list[tuple[str, bool]]:
+                share: bool = True, holding: bool = False) -> list[tuple[str, bool]]:
         """Other models whose entries put (or are putting) files at this directory: (name, deleting).
 
         Live models that link this path to the same shared snapshot as `exclude` share it and do not
         count unless `share` is False (before `exclude` has a commit, the same repository is enough).
+        `holding`: an entry that failed before it made anything there does not count.
         """
         rows = session.execute(
             select(ModelRow.name, ModelRow.phase, ModelRow.download_policy, ModelRow.repo_id, ModelRow.commit,
                    ModelRow.include_patterns, ModelRow.exclude_patterns, ModelRow.track)
             .join(LocalPathRow)
             .where(LocalPathRow.cluster == cluster, LocalPathRow.path == path, LocalPathRow.owned.is_(True),
-                   ModelRow.id != getattr(exclude, "id", -1))
+                   ModelRow.id != getattr(exclude, "id", -1),
+                   or_(LocalPathRow.made.is_not(None), LocalPathRow.status != FAILED) if holding else true())
         )
         # a tracked model switches its path's link: it shares the path with no other model
         sharing = share and exclude is not None and exclude.download_policy == REUSE_IF_EXISTS and not exclude.track
@@ -677,11 +679,13 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
     # -- local paths -----------------------------------------------------------------------
 
     def path_in_use_elsewhere(self, name: str, path_id: int) -> str | None:
-        """The name of another live model that owns the same directory, if any."""
+        """The name of another live model that owns the same directory, if any (one whose download failed before
+        it made anything there holds nothing: a tokenless model of a gated repository never keeps its files)."""
         with self._tx() as s:
             row = self._model(s, name, lock=False)
             p = self._path(row, path_id)
-            live = [n for n, deleting in self._owners(s, p.cluster, p.path, row, share=False) if not deleting]
+            live = [n for n, deleting in self._owners(s, p.cluster, p.path, row, share=False, holding=True)
+                    if not deleting]
             return live[0] if live else None
 
     def claim_download(self, name: str, path_id: int, holder: Holder, lease_seconds: float) -> Claim:
