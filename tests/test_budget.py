@@ -18,6 +18,7 @@ from sqlalchemy import select
 
 from weightkeeper.flows.ensure_model import ensure_model
 from weightkeeper.hubbudget import (
+    FALLBACK_WAIT_SECONDS,
     MIN_WAIT_SECONDS,
     budget_key,
     ratelimit_wait,
@@ -289,3 +290,15 @@ def test_garbage_and_huge_waits_are_bounded_and_cdn_requests_take_nothing(wk, hu
     with registry._tx() as s:
         blocks = s.scalars(select(HubBudgetRow.blocked_until)).all()
     assert blocks and max(blocks) <= time.time()  # each block was bounded by the 2 s window
+
+
+@pure
+@pytest.mark.parametrize("header", ['"a"' + ";a= " * 250 + ";a", ('"a"' + " ;  a  =  " * 100)[:1000],
+                                    ('"a";' + '"b"  ;' * 200)[:1000] + "x"])
+def test_a_ratelimit_header_made_to_backtrack_parses_at_once(header):
+    """A hostile server's `RateLimit` made for a backtracking parser (2^n steps, holding the GIL: every thread of
+    the process, the lease renewer's too, would stop). In a process of its own, bounded: it ends at once."""
+    code = ("import sys; from weightkeeper.hubbudget import throttle_wait; "
+            "print(throttle_wait({'RateLimit': sys.argv[1], 'RateLimit-Policy': sys.argv[1]}, 0, 300, 0.0))")
+    done = subprocess.run([sys.executable, "-c", code, header], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and float(done.stdout) == FALLBACK_WAIT_SECONDS, done.stderr

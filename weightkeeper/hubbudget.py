@@ -36,9 +36,8 @@ THROTTLE_ATTEMPTS = 8  # sends of one request answered 429 before it fails (and 
 WAIT_STEP_SECONDS = 1.0  # a wait sleeps in steps this long, saying so and staying cancellable
 FALLBACK_WAIT_SECONDS = 2.0  # a 429 with no usable header waits this, doubled each attempt (bounded)
 MIN_WAIT_SECONDS = 0.5  # a 429 that says to wait less (or 0) still waits this: no hammering
-# `"name";k=v;...` (a policy has two names: `"fixed window";"api";q=1000;w=300`)
-_RATELIMIT_ITEM = re.compile(r'\s*"[^"]{0,64}"\s*(?:;\s*"[^"]{0,64}"\s*)*((?:;\s*[a-z]{1,8}\s*=\s*[^;,"]{0,32})*)\s*')
-_PARAM = re.compile(r";\s*([a-z]{1,8})\s*=\s*([^;,]*)")
+_NAME = re.compile(r'"[^"]{0,64}"')  # an item's name: `"api"` (a policy has two: `"fixed window";"api";q=1000;w=300`)
+_KEY = re.compile(r"[a-z]{1,8}")
 _DIGITS = re.compile(r"[0-9]{1,12}")
 R = TypeVar("R")
 
@@ -59,10 +58,12 @@ def _params(value: str) -> list[dict[str, str]]:
     """The items of a structured `RateLimit`/`RateLimit-Policy` value (`"name";k=v;...`, comma-separated), each as
     its parameters; an item that is not of that form is skipped."""
     items = []
-    for item in value[:1000].split(","):
-        if (m := _RATELIMIT_ITEM.fullmatch(item.lower())) is None:
-            continue
-        items.append({k: v.strip() for k, v in _PARAM.findall(m[1])})
+    for item in value[:1000].lower().split(","):  # split and matched piece by piece: no regex ever backtracks
+        segments = [s.strip() for s in item.split(";")]
+        names = next((i for i, s in enumerate(segments) if not _NAME.fullmatch(s)), len(segments))
+        params = [(k.strip(), eq, v.strip()) for k, eq, v in (s.partition("=") for s in segments[names:])]
+        if names and all(eq and _KEY.fullmatch(k) and len(v) <= 32 and '"' not in v for k, eq, v in params):
+            items.append({k: v for k, _, v in params})
     return items
 
 
