@@ -1078,6 +1078,14 @@ MUTATIONS = {
         'weightkeeper/api.py', '    @app.exception_handler(OperationalError)\n',
         '',
         'tests/test_tenancy.py::test_a_registry_or_prefect_out_of_reach_answers_503_or_records_the_request_for_reconcile'),
+    'budget-by-each-hosts-clock': (
+        'weightkeeper/registry/budget.py', '        if self.engine.dialect.name == "postgresql":\n            return float(',
+        '        if False:\n            return float(',
+        'tests/test_budget.py::test_a_host_whose_clock_is_off_neither_resets_the_budget_nor_blocks_it_for_others'),
+    'budget-far-block-kept': (
+        'weightkeeper/registry/budget.py', 'kept = row.blocked_until if row.blocked_until <= now + window_seconds else 0.0',
+        'kept = row.blocked_until',
+        'tests/test_budget.py::test_a_host_whose_clock_is_off_neither_resets_the_budget_nor_blocks_it_for_others'),
 }
 
 

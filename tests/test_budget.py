@@ -170,9 +170,38 @@ def test_two_worker_processes_never_take_more_than_the_budget_together(db, tmp_p
     granted = [int(t.communicate(timeout=120)[0]) for t in takers]
     assert sum(granted) == 25
     assert registry.hub_request_counts() == {"api": (25, 0), "resolve": (0, 0)}
-    registry.hub_throttled("k" * 64, "api", 30)
+    registry.hub_throttled("k" * 64, "api", 30, 60)
     wait = registry.take_hub_request("k" * 64, "api", 1000, 60)
     assert 28 < wait <= 30 and registry.hub_request_counts()["api"] == (25, 1)
+
+
+SKEWED = """
+import sys, time
+from weightkeeper.registry import open_registry
+registry, skew = open_registry(sys.argv[1]), float(sys.argv[2])
+real = time.time
+time.time = lambda: real() + skew  # this host's clock, off by `skew`
+if sys.argv[3] == "throttled":
+    registry.hub_throttled("s" * 64, "api", 3600, 3600)  # a 429 recorded by a host an hour ahead
+print(sum(registry.take_hub_request("s" * 64, "api", 10, 60) == 0 for _ in range(int(sys.argv[4]))))
+"""
+
+
+def test_a_host_whose_clock_is_off_neither_resets_the_budget_nor_blocks_it_for_others(pg_url):
+    """On PostgreSQL (hosts share the budget) the database's clock counts: a host 400 s ahead does not reset the
+    others' counts, and a 429 block recorded by a host an hour ahead is replaced by the next 429's own."""
+    registry = open_registry(pg_url)
+
+    def take(skew: float, times: int, throttled: bool = False) -> int:
+        done = subprocess.run([sys.executable, "-c", SKEWED, pg_url, str(skew), "throttled" if throttled else "-",
+                               str(times)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return int(done.stdout)
+
+    assert take(0, 6) + take(400, 6) + take(0, 6) + take(-400, 6) == 10  # one window: 10 in all, whoever asks
+    take(0, 0, throttled=True)  # blocked "until" an hour ahead by the real clock
+    registry.hub_throttled("s" * 64, "api", 1, 60)  # the next 429 says 1 s
+    assert 0 < registry.take_hub_request("s" * 64, "api", 1000, 60) <= 1
 
 
 # -- models created at once against a rate-limiting Hub ------------------------------------------------------------

@@ -216,7 +216,7 @@ def test_hub_requests_and_429s_are_counted_by_bucket(scraper, wk):
     registry, key = wk.registry, "0" * 64
     before = scraper.samples()
     assert registry.take_hub_request(key, "api", 10, 300) == 0
-    registry.hub_throttled(key, "api", 0.01)
+    registry.hub_throttled(key, "api", 0.01, 300)
     after = scraper.samples()
     assert moved(before, after, "weightkeeper_hub_requests_total", bucket="api") == 1
     assert moved(before, after, "weightkeeper_hub_rate_limited_total", bucket="api") == 1

@@ -169,7 +169,7 @@ class HubBudget:
             except Throttled as e:
                 wait = throttle_wait(e.headers, attempt, self.window, time.time())
             if self.registry is not None:
-                self.registry.hub_throttled(key, bucket, wait)
+                self.registry.hub_throttled(key, bucket, wait, self.window)
             else:
                 until = time.monotonic() + wait
                 self._waits(lambda: until - time.monotonic())

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 
 from weightkeeper.registry.schema import HubBudgetRow
@@ -76,25 +76,34 @@ class BudgetOps:
             row = s.scalars(query).one()
         return row
 
+    def _clock(self, s) -> float:
+        """Now, in epoch seconds, by the database's clock where several hosts share it (PostgreSQL): one host's clock
+        off by a window would otherwise reset every other host's counts, or block them all."""
+        if self.engine.dialect.name == "postgresql":
+            return float(s.scalar(text("SELECT EXTRACT(EPOCH FROM clock_timestamp())")))
+        return time.time()
+
     def take_hub_request(self, key: str, bucket: str, limit: int, window_seconds: float) -> float:
         """Take one request of `bucket` for the endpoint and token hashed as `key` (at most `limit` per
         `window_seconds`): 0.0 when granted (it is counted as sent), else the seconds to wait before asking again."""
         with self._tx() as s:
             row = self._budget_row(s, key, bucket)
             counts = row.counts if isinstance(row.counts, list) and all(type(n) is int for n in row.counts) else []
-            window, wait = take(Window(row.slot, tuple(counts), row.blocked_until), time.time(), limit,
+            window, wait = take(Window(row.slot, tuple(counts), row.blocked_until), self._clock(s), limit,
                                 window_seconds)
             if not wait:
                 row.slot, row.counts, row.requests = window.slot, list(window.counts), row.requests + 1
             return wait
 
-    def hub_throttled(self, key: str, bucket: str, wait_seconds: float) -> None:
+    def hub_throttled(self, key: str, bucket: str, wait_seconds: float, window_seconds: float) -> None:
         """A request of `bucket` was answered 429: counted, and no worker sends another for `wait_seconds`
-        (a longer block already recorded stays)."""
+        (a longer block already recorded stays, unless it lies more than a window ahead: a clock's mistake)."""
         with self._tx() as s:
             row = self._budget_row(s, key, bucket)
             row.throttled += 1
-            row.blocked_until = max(row.blocked_until, time.time() + wait_seconds)
+            now = self._clock(s)
+            kept = row.blocked_until if row.blocked_until <= now + window_seconds else 0.0
+            row.blocked_until = max(kept, now + wait_seconds)
 
     def hub_request_counts(self) -> dict[str, HubCounts]:
         """Requests sent and 429 answers received, by bucket (every bucket, over all endpoints and tokens)."""
