@@ -1086,6 +1086,10 @@ MUTATIONS = {
         'weightkeeper/registry/budget.py', 'kept = row.blocked_until if row.blocked_until <= now + window_seconds else 0.0',
         'kept = row.blocked_until',
         'tests/test_budget.py::test_a_host_whose_clock_is_off_neither_resets_the_budget_nor_blocks_it_for_others'),
+    'budget-wait-is-download-time': (
+        'weightkeeper/watchdog.py', '                if self.waiting and not self.busy:',
+        '                if False:',
+        'tests/test_budget.py::test_waiting_for_the_budget_is_no_download_time'),
 }
 
 

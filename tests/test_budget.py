@@ -331,3 +331,14 @@ def test_a_ratelimit_header_made_to_backtrack_parses_at_once(header):
             "print(throttle_wait({'RateLimit': sys.argv[1], 'RateLimit-Policy': sys.argv[1]}, 0, 300, 0.0))")
     done = subprocess.run([sys.executable, "-c", code, header], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and float(done.stdout) == FALLBACK_WAIT_SECONDS, done.stderr
+
+
+def test_waiting_for_the_budget_is_no_download_time(wk, hub, rate_limited):
+    """A fetch that spends longer waiting for the request budget than its whole timeout allows still finishes:
+    only the time its ranges transfer counts against `download_timeout_seconds`."""
+    wk.rewrite(hf_endpoint=hub.url, hub_resolve_requests_per_5min=2, hub_budget_window_seconds=2.0,
+               download_timeout_seconds=3)
+    names = declare_many(wk, hub, "unhurried", 1)
+    started = time.monotonic()
+    assert ensure_all(wk, names)  # it waited for the budget, and said so
+    assert time.monotonic() - started > 3 and wk.registry.hub_request_counts()["resolve"].requests == 8

@@ -65,11 +65,13 @@ class Connection:
         with self.watchdog.lock:
             self.watchdog.busy.discard(self)
             self.watchdog.done += self.received
+            self.watchdog.waiting += 1
             self.received = 0
         try:
             yield
         finally:
             with self.watchdog.lock:
+                self.watchdog.waiting -= 1
                 self.watchdog.busy.add(self)
 
     def pause(self, seconds: float) -> bool:
@@ -103,7 +105,7 @@ class Watchdog:
                  fail: Callable[[BaseException], None], what: str, stop: threading.Event | None = None):
         self.deadline, self.pace, self.poll, self.fail, self.what = deadline, pace, poll, fail, what
         self.stop = stop  # set when the fetch stops (by `fail` or another range's error)
-        self.lock, self.fired, self.done = threading.Lock(), False, 0
+        self.lock, self.fired, self.done, self.waiting = threading.Lock(), False, 0, 0  # waiting: ranges in idle()
         self.busy: set[Connection] = set()
         self.samples: deque[tuple[float, int]] = deque()  # (time, bytes received) while a range was in flight
         self.stopped = threading.Event()
@@ -133,7 +135,13 @@ class Watchdog:
                 self.done += conn.received
 
     def _run(self) -> None:
+        last = time.monotonic()
         while not self.stopped.wait(TICK):
+            now = time.monotonic()
+            with self.lock:
+                if self.waiting and not self.busy:  # every range waits for the budget: no download time passes
+                    self.deadline += now - last
+            last = now
             try:
                 if ORPHANED.is_set():
                     raise DownloadCancelled(f"{self.what} stopped: the process that started this run is gone; "
