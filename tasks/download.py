@@ -237,11 +237,13 @@ def shared_copy_path(ws: Workspace, model: Model, snapshot: Snapshot) -> str:
 
 
 def _prove_access(settings: Settings, registry: Registry, model: Model, entry: LocalPath, snapshot: Snapshot,
-                  switch: bool) -> None:
-    """Prove the model's token before it is given files another model fetched; refused, a path not yet linked is
-    no user of the copy (it never keeps the files of a gated repository once their owner's model is gone)."""
+                  switch: bool, reporter: Reporter) -> None:
+    """Prove the model's token before it is given files another model fetched (a wait for the Hub request budget
+    said on the path); refused, a path not yet linked is no user of the copy (it never keeps the files of a gated
+    repository once their owner's model is gone)."""
     try:
-        check_access(settings, registry, model.source, model.token_block, snapshot)
+        check_access(settings, registry, model.source, model.token_block, snapshot, lambda seconds: seconds is None
+                     or reporter.beat(message=budget_message(seconds), force=True))
     except BaseException:
         if not switch and entry.made != LINK:
             registry.link_path(model.name, entry.id, None)
@@ -285,8 +287,8 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
                         raise DownloadCancelled(f"another run took over the shared copy {path}")
                     # its marker counts while the registry says Ready: a copy whose repair failed is hashed first
                     ready = served = recorded.state == A_READY and is_ready(copy, snapshot.commit)
-                    if not registry.fetched_with(artifact.id, model.token_block, model.name):  # files in place
-                        _prove_access(settings, registry, model, entry, snapshot, switch)  # are given
+                    if not registry.fetched_with(artifact.id, model.token_block, model.name):
+                        _prove_access(settings, registry, model, entry, snapshot, switch, reporter)
                     if not ready:
                         _fill_shared_copy(settings, registry, model, snapshot, copy, artifact.id, copy_holder,
                                           reporter)

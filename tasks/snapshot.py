@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prefect import get_run_logger, task
 
 from weightkeeper.config import Settings
 from weightkeeper.download import RemoteFile, Snapshot
 from weightkeeper.hubbudget import budget_message
-from weightkeeper.errors import DownloadError, WeightkeeperError
+from weightkeeper.errors import DownloadCancelled, DownloadError, WeightkeeperError
 from weightkeeper.layout import S3Source, copy_name, parse_source
 from weightkeeper.registry.common import DOWNLOADING, FAILED
 from weightkeeper.registry import Model
@@ -45,6 +47,26 @@ def job_token_not_its_own(settings: Settings, model: Model) -> bool:
         for p in model.local_paths)
 
 
+def budget_wait(registry, model: Model) -> Callable[[float | None], None]:
+    """An `on_wait` for a model's own Hub requests (resolve, head, access): it says on the model that it waits, and
+    puts the model's message back once it no longer does; a deletion meanwhile stops the wait."""
+    said = False
+
+    def on_wait(seconds: float | None) -> None:
+        nonlocal said
+        if seconds is None:
+            if said:
+                registry.set_message(model.name, model.message, live=True)
+            said = False
+        elif registry.set_message(model.name, budget_message(seconds), live=True):
+            said = True
+        else:
+            raise DownloadCancelled(f"model {model.name!r} is being deleted: its wait for the Hub request budget "
+                                    "stopped")
+
+    return on_wait
+
+
 @task(name="resolve-revision", retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=retry_transient)
 def resolve_revision(name: str) -> Snapshot:
     """Pin the model to a commit (a 40-hex revision is used as is) and record the files to fetch. A model whose
@@ -59,10 +81,9 @@ def resolve_revision(name: str) -> Snapshot:
         fresh = snapshot is None
         if fresh:
             snapshot = resolve(settings, registry, source, model.token_block, model.include, model.exclude,
-                               lambda seconds: seconds is not None and registry.set_message(name,
-                                                                                            budget_message(seconds)))
+                               budget_wait(registry, model))
         if job_token_not_its_own(settings, model):
-            check_access(settings, registry, model.source, model.token_block, snapshot)
+            check_access(settings, registry, model.source, model.token_block, snapshot, budget_wait(registry, model))
     except DownloadError as e:
         if e.permanent:
             registry.set_phase(name, FAILED, str(e))

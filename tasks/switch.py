@@ -13,7 +13,6 @@ from weightkeeper.download import RemoteFile, Snapshot
 from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError, UnsafePathError
 from weightkeeper.events import emit_updated
 from weightkeeper.fsops import LINK
-from weightkeeper.hubbudget import budget_message
 from weightkeeper.layout import HfSource, copy_name
 from weightkeeper.lease import renewed
 from weightkeeper.planning import capacity_problem, changed_bytes
@@ -22,7 +21,7 @@ from weightkeeper.registry.common import READY
 from weightkeeper.registry.leases import Kind
 from weightkeeper.sources import check_access, resolve
 from weightkeeper.tasks.download import Reporter, _entry, link_shared_copy, path_holder
-from weightkeeper.tasks.snapshot import job_token_not_its_own, retry_transient
+from weightkeeper.tasks.snapshot import budget_wait, job_token_not_its_own, retry_transient
 
 
 def pending(model: Model) -> Snapshot | None:
@@ -54,7 +53,7 @@ def _refused(settings, registry, model: Model, snapshot: Snapshot) -> str | None
     if not job_token_not_its_own(settings, model):
         return None
     try:
-        check_access(settings, registry, model.source, model.token_block, snapshot)
+        check_access(settings, registry, model.source, model.token_block, snapshot, budget_wait(registry, model))
     except DownloadError as e:
         if not e.permanent:
             raise
@@ -72,8 +71,7 @@ def check_head(name: str) -> bool:
     revision = model.next_revision or model.revision
     try:
         snapshot = resolve(settings, registry, HfSource(model.repo_id, revision), model.token_block, model.include,
-                           model.exclude, lambda seconds: seconds is not None and registry.set_message(
-                               name, budget_message(seconds)))
+                           model.exclude, budget_wait(registry, model))
     except DownloadError as e:
         if e.permanent:
             logger.error("%s: cannot check %s: %s; it stays on %s", name, revision, e, model.commit)

@@ -614,7 +614,7 @@ MUTATIONS = {
         "        same_token = ModelRow.id.is_not(None)\n",
         "tests/test_reuse.py::test_a_gated_repositorys_files_never_reach_a_model_without_its_token"),
     "shared-copy-without-access": (
-        "tasks/download.py", "                    if not registry.fetched_with(artifact.id, model.token_block, model.name):  # files in place",
+        "tasks/download.py", "                    if not registry.fetched_with(artifact.id, model.token_block, model.name):",
         "                    if False:",
         "tests/test_reuse.py::test_a_gated_repositorys_files_never_reach_a_model_without_its_token"),
     "staged-copy-without-access": (
@@ -1090,6 +1090,14 @@ MUTATIONS = {
         'weightkeeper/watchdog.py', '                if self.waiting and not self.busy:',
         '                if False:',
         'tests/test_budget.py::test_waiting_for_the_budget_is_no_download_time'),
+    'budget-wait-outlives-deletion': (
+        'tasks/snapshot.py', '        elif registry.set_message(model.name, budget_message(seconds), live=True):',
+        '        elif registry.set_message(model.name, budget_message(seconds)) or True:',
+        'tests/test_budget.py::test_a_deletion_stops_a_resolve_waiting_for_the_budget_and_keeps_its_message'),
+    'budget-wait-message-left': (
+        'tasks/snapshot.py', '                registry.set_message(model.name, model.message, live=True)',
+        '                pass',
+        'tests/test_budget.py::test_a_head_check_that_waited_for_the_budget_leaves_the_models_message_as_it_was'),
 }
 
 

@@ -342,3 +342,34 @@ def test_waiting_for_the_budget_is_no_download_time(wk, hub, rate_limited):
     started = time.monotonic()
     assert ensure_all(wk, names)  # it waited for the budget, and said so
     assert time.monotonic() - started > 3 and wk.registry.hub_request_counts()["resolve"].requests == 8
+
+
+def test_a_deletion_stops_a_resolve_waiting_for_the_budget_and_keeps_its_message(wk, hub):
+    wk.rewrite(hf_endpoint=hub.url, hub_api_requests_per_5min=1, hub_budget_window_seconds=60.0)
+    (name,) = declare_many(wk, hub, "abandoned", 1)
+    registry = wk.registry
+    assert registry.take_hub_request(budget_key(hub.url, None), "api", 1, 60.0) == 0  # spent for a minute
+    done = threading.Event()
+    run = threading.Thread(target=lambda: (ensure_model(name, return_state=True), done.set()), daemon=True)
+    run.start()
+    deadline = time.monotonic() + 60
+    while not WAITING.fullmatch(registry.get_model(name).message) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    registry.mark_deleting(name)
+    assert done.wait(15), "the resolve went on waiting for the budget of a model being deleted"
+    model = registry.get_model(name)
+    assert model.phase == "Deleting" and model.message == "deletion requested: stopping downloads"
+
+
+def test_a_head_check_that_waited_for_the_budget_leaves_the_models_message_as_it_was(wk, hub):
+    wk.rewrite(hf_endpoint=hub.url, hub_api_requests_per_5min=1, hub_budget_window_seconds=2.0,
+               track_interval_seconds=0)
+    hub.add_repo("acme/headwait", tiny_files("headwait"))
+    wk.declare("headwait", "hf://acme/headwait@main", workspaces=["team-a"], track=True)
+    assert ensure_model("headwait") == "Ready"
+    registry, before = wk.registry, wk.registry.get_model("headwait").message
+    while registry.take_hub_request(budget_key(hub.url, None), "api", 1, 2.0) == 0:
+        pass  # spent: the head check waits
+    messages = ensure_all(wk, ["headwait"])
+    assert messages and all(WAITING.fullmatch(m.split(": ", 1)[1]) for m in messages)
+    assert registry.get_model("headwait").message == before

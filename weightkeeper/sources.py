@@ -52,7 +52,8 @@ def resolve(settings: Settings, registry, source: HfSource | S3Source, token_blo
                             hub_budget(settings, registry, on_wait), include, exclude, settings.hub_redirect_hosts)
 
 
-def check_access(settings: Settings, registry, source: str, token_block: str | None, snapshot: Snapshot) -> None:
+def check_access(settings: Settings, registry, source: str, token_block: str | None, snapshot: Snapshot,
+                 on_wait: Callable[[float | None], None] = lambda seconds: None) -> None:
     """Before files another model fetched are given to this one: prove that its token may read them from the Hub
     (one request, for its largest file: a weight, never a model card a gated repository may show). An s3:// source
     needs none: the API lets each user name only their own prefixes."""
@@ -60,7 +61,7 @@ def check_access(settings: Settings, registry, source: str, token_block: str | N
         return
     largest = max(snapshot.files, key=lambda f: f.size)
     hub_check(HfSource(snapshot.repo_id, snapshot.commit), largest.path, settings.hf_endpoint, load_token(token_block),
-              hub_budget(settings, registry))
+              hub_budget(settings, registry, on_wait))
 
 
 def fetch_model_files(settings: Settings, source: str, staging_uri: str | None, token_block: str | None,

@@ -573,10 +573,14 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
                     p.status, p.message, p.updated_at = PENDING, "retry requested", row.updated_at
             return _view(row)
 
-    def set_message(self, name: str, message: str) -> None:
+    def set_message(self, name: str, message: str, live: bool = False) -> bool:
+        """Set the model's message; with `live`, only while it is not being deleted (False: nothing written)."""
         with self._tx() as s:
             row = self._model(s, name)
+            if live and row.phase == DELETING:
+                return False
             row.message, row.updated_at = scrub_message(message), utcnow()
+            return True
 
     def set_snapshot(self, name: str, commit: str, files: list[dict], source_uri: str | None = None) -> Model:
         """Pin the commit and files; `source_uri` records an s3:// source as where the files are (never ours)."""
