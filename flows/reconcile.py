@@ -14,7 +14,7 @@ from prefect.utilities.annotations import quote
 
 from weightkeeper.flows.jobs import deployed
 from weightkeeper.tasks.cleanup import collect_shared_copy
-from weightkeeper.tasks.verify import Copy, check_copies, verify_model_path, verify_shared_copy
+from weightkeeper.tasks.verify import Copy, check_copies, check_links, verify_model_path, verify_shared_copy
 from weightkeeper.config import DELETE_FLOW, RECONCILE_FLOW, Settings
 from weightkeeper.desired import IN_PROGRESS, in_grace, needed_run, orphans, update_due
 from weightkeeper.registry import Model, Registry
@@ -86,6 +86,7 @@ def _drive_models(settings: Settings, registry: Registry, models: list[Model],
             logger.warning("%s: run %s of %s has not renewed its lease since %s; treated as crashed", model.name,
                            run_id, lease.flow, lease.lease.expires_at)
             mark_crashed(run_id, model.name, return_state=True)
+            registry.release_run(model.name, lease.lease.holder)  # let go: the next pass marks it no more
         update = update_due(model.phase, model.track, model.next_revision, model.head_checked_at, now,
                             settings.track_interval_seconds)
         if flow_name := needed_run(model.phase, lease.flow if lease is not None and lease.fresh else None, update):
@@ -174,13 +175,16 @@ class Outcomes(Mapping[str, str]):
 
 @flow(name=RECONCILE_FLOW, flow_run_name="reconcile")
 def reconcile() -> Outcomes:
-    """One pass: lifecycle runs for models not in their desired state, a size check of every copy (a full
-    hash when due), repairs, garbage collection, and a report of orphaned directories (never deleted)."""
+    """One pass: every linked path's link checked, lifecycle runs for models not in their desired state, a size
+    check of every copy (a full hash when due), repairs, garbage collection, and a report of orphaned directories
+    (never deleted)."""
     logger = get_run_logger()
     settings, registry = current()
     ensure_download_limit(settings)  # repairs take download slots
+    links = registry.linked_paths()  # first: a killed switch is rolled back before a head check drops its commit
+    outcomes = dict(check_links(quote(links))) if links else {}
     models, runs = registry.reconcile_state(settings.track_interval_seconds)
-    outcomes = _drive_models(settings, registry, models, runs)
+    outcomes.update(_drive_models(settings, registry, models, runs))
     artifacts = registry.list_artifacts()
     outcomes.update(_verify(settings, registry, artifacts))
     now = utcnow()

@@ -1,7 +1,10 @@
-"""Verify copies against their manifest and repair them: only damaged or missing files are fetched again."""
+"""Verify copies against their manifest and repair them: only damaged or missing files are fetched again; check
+that each linked path's link names its recorded shared copy."""
 
 from __future__ import annotations
 
+import stat
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -16,18 +19,21 @@ from weightkeeper.tasks.report import model_phase
 from weightkeeper.config import Settings
 from weightkeeper.download import RemoteFile, Snapshot, in_place
 from weightkeeper.anchored import Dir, PathOpener, open_parent, open_path
-from weightkeeper.errors import DownloadCancelled, DownloadError, UnsafePathError
+from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError, NotOursError, UnsafePathError
 from weightkeeper.fsops import LEGACY, directory_size, made_here, own_copy, own_directory, path_size, shelf_problem
-from weightkeeper.layout import copy_name
+from weightkeeper.hubbudget import budget_message, hub_budget
+from weightkeeper.layout import artifact_path, copy_name, link_target
 from weightkeeper.lease import Held, renewed
 from weightkeeper.registry import Holder, Model, Registry
 from weightkeeper.registry.leases import Kind
 from weightkeeper.registry.artifacts import A_DOWNLOADING, A_FAILED, A_PENDING, A_READY, A_REPAIRING
 from weightkeeper.registry.common import FAILED, READY, utcnow
-from weightkeeper.runtime import download_slot
+from weightkeeper.registry.copies import LinkedPath
+from weightkeeper.runtime import download_slot, say_slot_wait
 from weightkeeper.context import current
 from weightkeeper.sharing import discard, mark_ready, unmark_ready
 from weightkeeper.sources import fetch_model_files
+from weightkeeper.space import check_free_space
 from weightkeeper.verify import Listed, Problem, check_sizes, hash_due, verify_copy
 
 
@@ -109,24 +115,45 @@ def _check(d: Dir | None, files: tuple[RemoteFile, ...], deep: bool, settings: S
     return verify_copy(d, files, deep=deep, workers=settings.verify_workers)
 
 
+Beat = Callable[..., None]  # beat(done=None, message=None, force=False), as `tasks.download.Reporter.beat`
+
+
+def _beats(held: Held, stopped: str, say: Callable[[str], None]) -> Beat:
+    """A repair's progress callback, for its fetch and its waits (a download slot, the Hub budget): raises
+    DownloadCancelled (`stopped`) once `held` stops (a deletion, another run's takeover); says a wait's message."""
+
+    def beat(done: int | None = None, message: str | None = None, force: bool = False) -> None:
+        if held.stopped:
+            raise DownloadCancelled(stopped)
+        if message is not None and force:
+            say(message)
+
+    return beat
+
+
 def _refetch(settings: Settings, registry: Registry, snapshot: Snapshot, root: Dir, model: Model,
-             problems: list[Problem], beat: Callable[[int], None], workspace: str, cluster: str) -> None:
+             problems: list[Problem], beat: Beat, workspace: str, cluster: str) -> None:
     """Drop the damaged entries, take those that verified copies on the volume hold, and fetch the others again
-    from where `model` gets its files (the rest of the copy is left alone)."""
+    from where `model` gets its files (the rest of the copy is left alone), as a download fetches: only when they
+    fit on the volume, its requests taken from the Hub budget, in a download slot, within the download deadline."""
     for problem in problems:
         discard(root, problem.path)
     missing = [f.path for f in snapshot.files if not in_place(root, f)]
     if missing and reuse_into(settings, registry, model, snapshot, root, missing, workspace, cluster) and all(
             in_place(root, f) for f in snapshot.files):
         return
-    with download_slot(settings, lambda in_use, limit: None):
+    check_free_space(model.name, root, snapshot.files, settings.free_space_margin_bytes)
+    repairing = f"repairing {root}"
+    budget = hub_budget(settings, registry, lambda seconds: beat(
+        message=repairing if seconds is None else budget_message(seconds), force=True))
+    with download_slot(settings, say_slot_wait(beat)):
+        beat(message=repairing, force=True)
         fetch_model_files(settings, model.source, model.staging_uri, model.token_block, snapshot, root, beat,
-                          deadline=float("inf"))
+                          time.monotonic() + settings.download_timeout_seconds, budget)
 
 
 def _refetch_hashed(settings: Settings, registry: Registry, snapshot: Snapshot, root: Dir, model: Model,
-                    problems: list[Problem], beat: Callable[[int], None], workspace: str,
-                    cluster: str) -> list[Problem]:
+                    problems: list[Problem], beat: Beat, workspace: str, cluster: str) -> list[Problem]:
     """`_refetch`, then hash the whole copy (a size check misses changed bytes) and refetch what the hash finds,
     once: the problems a last hash still finds (none: every file was hashed)."""
     for _ in range(2):
@@ -178,10 +205,8 @@ def _repair_shared_copy(settings, registry: Registry, artifact, files, problems,
     logger.warning("%s; models failed meanwhile: %s", message, ", ".join(touched) or "none")
     source = registry.get_model(artifact.users[0].model)  # the files come from where its users get them
 
-    def beat(_done: int) -> None:
-        if held.stopped:
-            raise DownloadCancelled(f"another run took over the shared copy {artifact.path}")
-
+    beat = _beats(held, f"another run took over the shared copy {artifact.path}",
+                  lambda said: registry.set_artifact(artifact.id, holder, A_REPAIRING, f"{message}; {said}"))
     try:
         copy, made = own_copy(artifact.path, settings.volume_rules, artifact.made)  # never another's directory
         with copy:
@@ -234,6 +259,8 @@ def verify_model_path(name: str, path_id: int) -> str:
     entry = next((p for p in model.local_paths if p.id == path_id), None) if model else None
     if entry is None:
         return "gone"
+    if entry.status != READY and not registry.is_checked(path_id):  # a download failed it since the pass read it
+        return f"left to its owner: `weightkeeper model retry {name}`"
     files = tuple(RemoteFile.from_json(f) for f in model.files or [])
     deep = hash_due(entry.verified_at, settings.verify_interval_seconds, utcnow()) or entry.status != READY
     with _opened(entry.path, settings) as own:
@@ -261,10 +288,8 @@ def _repair_model_path(settings: Settings, registry: Registry, model, entry, fil
     registry.set_phase(name, FAILED, message)
     logger.warning("%s: %s", name, message)
 
-    def beat(_done: int) -> None:
-        if held.stopped:
-            raise DownloadCancelled(f"model {name!r} is being deleted; repair of {entry.path} stopped")
-
+    beat = _beats(held, f"model {name!r} is being deleted; repair of {entry.path} stopped",
+                  lambda said: registry.path_progressed(name, path_id, holder, message=f"{message}; {said}"))
     try:
         parent, leaf = open_parent(entry.path, settings.volume_rules, create=True)
         with parent:
@@ -277,14 +302,14 @@ def _repair_model_path(settings: Settings, registry: Registry, model, entry, fil
                 remaining = _refetch_hashed(settings, registry, snapshot, own, model, problems,
                                             beat, entry.workspace, entry.cluster)
     except DownloadCancelled as e:
-        registry.path_failed(name, path_id, holder, str(e))
+        registry.repair_failed(name, path_id, holder, str(e))
         return "cancelled"
     except (DownloadError, UnsafePathError) as e:
-        registry.path_failed(name, path_id, holder, f"{message}; {e}")
+        registry.repair_failed(name, path_id, holder, f"{message}; {e}; the next pass repairs it again")
         return "postponed"
     if remaining:
-        registry.path_failed(name, path_id, holder, f"{message}; still damaged: {remaining[0]}; repaired on the "
-                                                    "next pass")
+        registry.repair_failed(name, path_id, holder, f"{message}; still damaged: {remaining[0]}; repaired on the "
+                                                      "next pass")
         return "postponed"
     if not _restore_path(settings, registry, name, path_id, holder, entry.path, made, "repaired"):
         return "cancelled"
@@ -303,3 +328,92 @@ def _restore_path(settings: Settings, registry: Registry, name: str, path_id: in
     if phase == READY:
         registry.set_phase(name, READY, f"restored: {path} {how}; {message}")
     return True
+
+
+def _switch_targets(settings: Settings, link: LinkedPath) -> set[str]:
+    """The links a switch of the path to its model's pending commit makes (`tasks.download.shared_copy_path`: the
+    copy on the service's shelf, or in a Kubernetes workspace on its owner's too)."""
+    ws = settings.workspace(link.workspace)
+    if not link.pending or ws is None or not ws.volume:
+        return set()
+    copy = copy_name(link.pending, link.include, link.exclude)
+    makers = (None, link.owner_uid) if ws.kubernetes is not None and 0 < link.owner_uid < 2**32 - 1 else (None,)
+    return {link_target(link.path, artifact_path(ws.volume, link.repo_id, copy, ws.models_dir, maker))
+            for maker in makers}
+
+
+def _standing(parent: Dir, leaf: str) -> tuple[str | None, str]:
+    """What stands at `leaf`: (its target when it is a link, how a message names it; "" when nothing does)."""
+    st = parent.lstat(leaf)
+    if st is None:
+        return None, ""
+    if stat.S_ISLNK(st.st_mode):
+        return (target := parent.readlink(leaf)), f"a link to {target}"
+    return None, "a directory" if stat.S_ISDIR(st.st_mode) else "a file" if stat.S_ISREG(st.st_mode) else \
+        "a special file"
+
+
+@task(name="check-links", cache_policy=NO_CACHE)  # pass the list quote()d, as `check_copies`'
+def check_links(links: list[LinkedPath]) -> dict[str, str]:
+    """Each live Ready linked path's link, read relative to its parent and never followed, against the link to the
+    shared copy the registry records for it: `linked` when it names that copy. Otherwise, under the path's lease
+    (a switch at work is left alone: `busy`), the recorded link is put back when nothing stands there or the link
+    names the copy of the model's pending commit (a switch killed before the registry recorded it: the registry's
+    copy is the one it keeps and counts as used, while the unrecorded one may be collected); anything else (a
+    directory, a file, a link elsewhere) is left in place and fails the path, naming it."""
+    settings, registry = current()
+    outcomes = {}
+    for link in links:
+        try:
+            outcomes[link.path] = _check_link(settings, registry, link)
+        except NotFoundError:
+            outcomes[link.path] = "gone"  # deleted meanwhile
+    return outcomes
+
+
+def _check_link(settings: Settings, registry: Registry, link: LinkedPath) -> str:
+    recorded = link_target(link.path, link.copy)
+    try:
+        parent, leaf = open_parent(link.path, settings.volume_rules)
+    except (OSError, UnsafePathError):
+        parent, leaf = None, ""
+    try:
+        if parent is not None and parent.readlink(leaf) == recorded:
+            return "linked"
+        holder = Holder.here(f"link/{flow_run.id or 'process'}/{link.path_id}")
+        if not registry.claim_link(link.model, link.path_id, link.artifact_id, holder, settings.lease_seconds):
+            return "busy"
+        outcome, message = _mend(settings, link, parent, leaf, recorded)
+    finally:
+        if parent is not None:
+            parent.close()
+    registry.link_mended(link.model, link.path_id, holder, message, failed=outcome == "failed")
+    if message:
+        logger = get_run_logger()
+        (logger.error if outcome == "failed" else logger.warning)("%s: %s", link.model, message)
+    return outcome
+
+
+def _mend(settings: Settings, link: LinkedPath, parent: Dir | None, leaf: str, recorded: str) -> tuple[str, str]:
+    """Under the path's lease: the recorded link put back where nothing stands or an unrecorded switch left its
+    link, else what stands there (left in place): the outcome, and the path's message ("": unchanged)."""
+    retry = f"`weightkeeper model retry {link.model}` links the path to {link.copy} again"
+    if parent is None:
+        return "failed", (f"{link.path} cannot be checked: a directory on its way is missing or a link; restore it "
+                          f"(is the volume mounted?), then {retry}")
+    try:
+        target, what = _standing(parent, leaf)
+        if target == recorded:
+            return "linked", ""  # put back meanwhile
+        if not what or target in _switch_targets(settings, link):
+            parent.symlink(recorded, leaf)  # swapped atomically with the link there
+            return "relinked", f"{link.path} links to {link.copy} again: " + (
+                f"its link named {target}, the copy of {link.pending}, a switch the registry never recorded" if what
+                else "its link was gone")
+    except NotOursError:
+        what = "something put there while its link was put back"
+    except OSError as e:
+        return "failed", (f"{link.path}: its link cannot be checked or put back ({e.strerror or e}): correct that, "
+                          f"then {retry}")
+    return "failed", (f"{link.path} is {what} where weightkeeper's link to the shared copy {link.copy} was; it is "
+                      f"left in place: move it away, then {retry}")

@@ -1098,6 +1098,86 @@ MUTATIONS = {
         'tasks/snapshot.py', '                registry.set_message(model.name, model.message, live=True)',
         '                pass',
         'tests/test_budget.py::test_a_head_check_that_waited_for_the_budget_leaves_the_models_message_as_it_was'),
+    'repair-only-copies-once-complete': (
+        'weightkeeper/registry/copies.py', '                   and_(LocalPathRow.status == FAILED, LocalPathRow.checked_at >= LocalPathRow.updated_at)),',
+        '                   LocalPathRow.status == FAILED),',
+        'tests/test_reconcile.py::test_a_path_whose_download_failed_is_left_to_its_owner_never_fetched_by_a_pass'),
+    'repair-failed-stays-repairable': (
+        'weightkeeper/registry/copies.py', '            p.updated_at = p.checked_at = utcnow()',
+        '            p.updated_at = utcnow()',
+        'tests/test_reconcile.py::test_a_repair_fetches_only_what_fits_from_the_hub_budget_and_a_failed_repair_is_repaired_next_pass'),
+    'repair-free-space': (
+        'tasks/verify.py', '    check_free_space(model.name, root, snapshot.files, settings.free_space_margin_bytes)\n',
+        '',
+        'tests/test_reconcile.py::test_a_repair_fetches_only_what_fits_from_the_hub_budget_and_a_failed_repair_is_repaired_next_pass'),
+    'repair-hub-budget': (
+        'tasks/verify.py', 'time.monotonic() + settings.download_timeout_seconds, budget)',
+        'time.monotonic() + settings.download_timeout_seconds)',
+        'tests/test_reconcile.py::test_a_repair_fetches_only_what_fits_from_the_hub_budget_and_a_failed_repair_is_repaired_next_pass'),
+    'verify-bounded-read': (
+        'weightkeeper/verify.py', '    while read <= size and (chunk := os.read(fd, min(READ_CHUNK, size + 1 - read))):',
+        '    while chunk := os.read(fd, READ_CHUNK):',
+        'tests/test_reconcile.py::test_a_full_hash_never_reads_past_the_recorded_size_of_a_file_its_owner_grows'),
+    'verify-opened-file-checked': (
+        'weightkeeper/verify.py', '        if problem := _problem(os.fstat(fd), path, size):\n            return problem\n',
+        '',
+        'tests/test_reconcile.py::test_a_full_hash_never_reads_past_the_recorded_size_of_a_file_its_owner_grows'),
+    'links-checked-each-pass': (
+        'flows/reconcile.py', '    outcomes = dict(check_links(quote(links))) if links else {}',
+        '    outcomes = {}',
+        'tests/test_tracking.py::test_a_switch_killed_before_the_registry_recorded_it_is_rolled_back_by_the_next_pass tests/test_sharing.py::test_a_directory_put_in_place_of_the_link_fails_the_path_and_is_left_alone'),
+    'links-unrecorded-switch-rolled-back': (
+        'tasks/verify.py', '        if not what or target in _switch_targets(settings, link):',
+        '        if not what:',
+        'tests/test_tracking.py::test_a_switch_killed_before_the_registry_recorded_it_is_rolled_back_by_the_next_pass'),
+    'links-others-fail-the-path': (
+        'weightkeeper/registry/copies.py', '            if failed and row.phase != DELETING:',
+        '            if False:',
+        'tests/test_sharing.py::test_a_directory_put_in_place_of_the_link_fails_the_path_and_is_left_alone'),
+    'dead-run-lease-kept': (
+        'flows/reconcile.py', '            registry.release_run(model.name, lease.lease.holder)  # let go: the next pass marks it no more\n',
+        '',
+        'tests/test_reconcile.py::test_a_dead_runs_lease_on_a_ready_model_is_marked_crashed_once_then_let_go'),
+    'open-regular-removes-a-planted-directory': (
+        'weightkeeper/anchored.py', '            self.unlink(name)  # never a directory, even one renamed there since it was opened',
+        '            self.remove(name)  # never a directory, even one renamed there since it was opened',
+        'tests/test_attacks.py::test_open_regular_never_removes_a_directory_planted_at_its_name tests/test_sharing.py::test_a_lock_someone_else_put_on_an_owners_shelf_is_refused_and_left_alone'),
+    'lock-of-another-uid-chmodded': (
+        'weightkeeper/sharing.py', '    if st.st_uid != owner and not d.mine(st.st_uid):\n        raise',
+        '    if False:\n        raise',
+        'tests/test_sharing.py::test_a_lock_someone_else_put_on_an_owners_shelf_is_refused_and_left_alone'),
+    'removal-enters-another-owners-directory': (
+        'weightkeeper/anchored.py', '            if st.st_uid != here.st_uid:\n                raise LinkInTheWayError',
+        '            if False:\n                raise LinkInTheWayError',
+        'tests/test_attacks.py::test_removal_never_enters_a_directory_another_user_owns tests/test_sharing.py::test_collecting_a_copy_on_an_owners_shelf_never_empties_another_users_directory'),
+    'discard-enters-another-owners-directory': (
+        'weightkeeper/sharing.py', '            if (uid := os.fstat(current.fd).st_uid) != os.fstat(copy.fd).st_uid:',
+        '            if (uid := os.fstat(current.fd).st_uid) is None:',
+        'tests/test_attacks.py::test_removal_never_enters_a_directory_another_user_owns'),
+    'made-here-ignores-the-owner': (
+        'weightkeeper/fsops.py', '        not maker or int(maker) == owner or owner == shelf_uid(d.where))',
+        '        True)',
+        'tests/test_attacks.py::test_a_directory_made_again_at_its_inode_by_another_user_is_never_weightkeepers'),
+    'identity-without-owner': (
+        'weightkeeper/anchored.py', '        return f"{st.st_uid}@{st.st_dev}:{st.st_ino}"',
+        '        return f"{st.st_dev}:{st.st_ino}"',
+        'tests/test_attacks.py::test_a_directory_made_again_at_its_inode_by_another_user_is_never_weightkeepers'),
+    'made-here-refuses-the-shelf-owner': (
+        'weightkeeper/fsops.py', 'int(maker) == owner or owner == shelf_uid(d.where))',
+        'int(maker) == owner)',
+        'tests/test_sharing.py::test_collecting_a_copy_on_an_owners_shelf_never_empties_another_users_directory'),
+    'old-identity-never-gets-its-owner': (
+        'weightkeeper/fsops.py', '            return d, made if made == LEGACY or "@" in made else d.identity()',
+        '            return d, made',
+        'tests/test_attacks.py::test_a_directory_made_again_at_its_inode_by_another_user_is_never_weightkeepers'),
+    'walk-keeps-every-level-open': (
+        'weightkeeper/anchored.py', '                if len(levels) > WALK_OPEN + 1:\n                    levels[-WALK_OPEN - 1].close()',
+        '                if False:\n                    levels[-WALK_OPEN - 1].close()',
+        'tests/test_attacks.py::test_walk_holds_a_bounded_number_of_descriptors_however_wide_or_deep_the_tree'),
+    'walk-reopens-whatever-has-the-name': (
+        'weightkeeper/anchored.py', '    if (st.st_dev, st.st_ino) != last.id:',
+        '    if False:',
+        'tests/test_attacks.py::test_walk_holds_a_bounded_number_of_descriptors_however_wide_or_deep_the_tree'),
 }
 
 

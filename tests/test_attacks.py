@@ -262,6 +262,139 @@ def test_open_regular_replaces_what_is_not_a_plain_file_of_its_own(tmp_path):
     assert (outside / "secret").read_bytes() == b"keep" and (outside / "secret").stat().st_nlink == 1
 
 
+def test_open_regular_never_removes_a_directory_planted_at_its_name(tmp_path, monkeypatch):
+    """A lock or `.part` name sits in a directory its owner may write (a Kubernetes job's owner, where the service
+    works as root). They move there a directory holding another user's files: it is refused, never removed, also
+    when it takes the place of a FIFO between the open and the unlink."""
+    from weightkeeper.errors import LinkInTheWayError
+
+    d = tmp_path / "d"
+    (d / "x.lock").mkdir(parents=True)
+    (d / "x.lock" / "theirs").write_bytes(b"another user's")
+    os.chown(d / "x.lock" / "theirs", 2000, 2000)
+    os.mkfifo(d / "y.part")
+    before = tree(d / "x.lock")
+    real_open = Dir.open
+
+    def fifo_then_directory(self, name, flags, mode=0o644):
+        fd = real_open(self, name, flags, mode)
+        if name == "y.part" and stat.S_ISFIFO(os.fstat(fd).st_mode):
+            os.unlink(d / "y.part")
+            shutil.copytree(d / "x.lock", d / "y.part")
+        return fd
+
+    with Dir.root(d) as root:
+        with pytest.raises(LinkInTheWayError, match=f"refusing {d}/x.lock: a directory stands where"):
+            root.open_regular("x.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        monkeypatch.setattr(Dir, "open", fifo_then_directory)
+        with pytest.raises(LinkInTheWayError, match=f"refusing {d}/y.part: a directory stands where"):
+            root.open_regular("y.part", os.O_RDWR | os.O_CREAT)
+    assert tree(d / "x.lock") == tree(d / "y.part") == before
+
+
+def test_removal_never_enters_a_directory_another_user_owns(tmp_path):
+    """A tree the service empties is its owner's to write (a shared copy on `_artifacts.1000`). The owner moves into
+    it a directory open to all that holds another user's read-only subtree, which they could not remove themselves.
+    Removal takes what is the owner's and leaves that subtree, refusing and naming it; a repair's `discard` neither
+    enters nor removes it either. Once it is moved out, the rest goes."""
+    from weightkeeper.errors import LinkInTheWayError
+    from weightkeeper.sharing import discard
+
+    copy = tmp_path / "vol" / "copy"
+    (copy / "sub").mkdir(parents=True)
+    (copy / "sub" / "weights.bin").write_bytes(b"the owner's")
+    theirs = copy / "planted" / "theirs"
+    (theirs / "deeper").mkdir(parents=True)
+    (theirs / "deeper" / "data").write_bytes(b"another user's")
+    (theirs / "notes").write_bytes(b"another user's too")
+    for p in (copy, copy / "sub", copy / "sub" / "weights.bin", copy / "planted"):
+        os.chown(p, 1000, 1000)
+    (copy / "planted").chmod(0o777)
+    for p in (theirs, *theirs.rglob("*")):
+        os.chown(p, 2000, 2000)
+    before = tree(theirs)
+    refused = rf"{theirs} \(owner uid 2000\) is not owned as"
+    with Dir.root(copy) as d:
+        for damaged in ("planted/theirs/notes", "planted/theirs/deeper/data"):
+            with pytest.raises(LinkInTheWayError, match=refused):
+                discard(d, damaged)
+        for remove in (lambda: discard(d, "planted"), lambda: d.remove("planted"), d.clear):
+            with pytest.raises(LinkInTheWayError, match=refused):
+                remove()
+            assert tree(theirs) == before
+        os.rename(theirs, tmp_path / "theirs")
+        d.clear()
+        assert d.entries() == []
+    assert tree(tmp_path / "theirs") == before
+
+
+def test_a_directory_made_again_at_its_inode_by_another_user_is_never_weightkeepers(tmp_path, monkeypatch):
+    """ext4 hands a freed inode out again at once. A user who may write the models directory removes the empty
+    directory weightkeeper made for a model and makes their own, which gets its inode: it is not weightkeeper's (the
+    owner recorded with the inode differs), so it is never emptied or written; emptied, it is replaced by one
+    weightkeeper makes. A record kept before owners were (`dev:inode`) compares the inode, and gets the owner."""
+    from weightkeeper.errors import DownloadError
+    from weightkeeper.fsops import made_here, own_directory, remove_model_path
+    from weightkeeper.guard import VolumeRule
+
+    volume, name = tmp_path / "vol", "acme--reused"
+    models, path = volume / "models", volume / "models" / name
+    models.mkdir(parents=True)
+    with Dir.root(models) as parent:
+        made = own_directory(parent, name, str(path), None)[1]
+    inode = path.stat().st_ino
+    path.rmdir()
+    path.mkdir()  # the attacker's
+    os.chown(path, 4242, 4242)
+    (path / "theirs.safetensors").write_bytes(b"their bytes")
+    if path.stat().st_ino != inode:  # a file system that did not reuse it: the reuse is played
+        identity = Dir.identity
+        monkeypatch.setattr(Dir, "identity", lambda self: identity(self).rpartition(":")[0] + f":{inode}")
+    with Dir.root(path) as d:
+        assert not made_here(d, made) and made_here(d, made.partition("@")[2])
+    with pytest.raises(NotOursError, match="is not the directory weightkeeper made there"):
+        remove_model_path(str(path), [VolumeRule(str(volume))], made)
+    with Dir.root(models) as parent, pytest.raises(DownloadError, match="holds files weightkeeper did not write"):
+        own_directory(parent, name, str(path), made)
+    assert (path / "theirs.safetensors").read_bytes() == b"their bytes"
+    (path / "theirs.safetensors").unlink()
+    with Dir.root(models) as parent:
+        d, again = own_directory(parent, name, str(path), made)
+        d.close()
+        assert path.stat().st_uid == os.geteuid() and again.startswith(f"{os.geteuid()}@")
+        d, upgraded = own_directory(parent, name, str(path), again.partition("@")[2])
+        d.close()
+        assert upgraded == again
+
+
+def test_walk_holds_a_bounded_number_of_descriptors_however_wide_or_deep_the_tree(tmp_path):
+    """A user makes 1,500 directories side by side and a chain 300 deep below the models root (a service's limit is
+    often 1,024 open files). The walk sees every entry with at most one directory open per level, of its deepest
+    `WALK_OPEN` levels. A level closed on the way down and replaced meanwhile fails the walk: never read as another."""
+    import weightkeeper.anchored as anchored
+
+    root = tmp_path / "models"
+    for i in range(1500):
+        (root / "wide" / f"d{i:04}").mkdir(parents=True)
+    (root / "wide" / "d0042" / "f").write_bytes(b"")
+    chain = "/".join(["n"] * 300)
+    (root / "deep" / chain).mkdir(parents=True)
+    (root / "deep" / chain / "leaf").write_bytes(b"")
+    for depth in range(300):  # a sibling beside each level: the walk comes back to each for it
+        (root / "deep" / chain[:2 * depth] / "s").mkdir()
+    base, most, found = len(os.listdir("/proc/self/fd")), 0, []
+    with Dir.root(root) as d:
+        for current, names in d.walk():
+            most = max(most, len(os.listdir("/proc/self/fd")))
+            found += [current.path(n) for n in names]
+    assert sorted(found) == [f"{root}/deep/{chain}/leaf", f"{root}/wide/d0042/f"]
+    assert most - base <= anchored.WALK_OPEN + 10, most - base
+    with Dir.root(root) as d, pytest.raises(UnsafePathError, match=f"{root}/deep/n.* was replaced while"):
+        for current, _ in d.walk():
+            if current.where.endswith("/".join(["n"] * 100)) and not (root / "moved").exists():
+                os.rename(root / "deep", root / "moved")
+                (root / "deep" / chain).mkdir(parents=True)
+
 # -- 1. writes through a swapped link ------------------------------------------------------------------------------
 
 

@@ -8,6 +8,8 @@ import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
+
 from conftest import tiny_files
 from test_attacks import SHARD, tree
 
@@ -204,9 +206,9 @@ def test_a_ready_model_costs_no_hub_request_in_a_pass(wk, hub):
     assert outcomes[str(own[0])] == "repaired"
     assert [outcomes[str(own[1])]] + [outcomes[c] for c in copies] == ["checked"] * 3
     assert hub.requests and {r.repo_id for r in hub.requests} == {"acme/quiet"}
-    hub.reset_stats()  # a healthy copy marked Failed is hashed by its own task, found whole, and Ready again
+    hub.reset_stats()  # a healthy copy whose repair failed is hashed by its own task, found whole, and Ready again
     entry = next(p for p in wk.registry.get_model("quiet").local_paths if p.path == str(own[1]))
-    wk.registry.set_path_message("quiet", entry.id, "Failed", "failed by the test")
+    _repair_failed(wk, "quiet", entry.id)
     assert reconcile()[str(own[1])] == "verified" and hub.requests == []
     assert next(p for p in wk.registry.get_model("quiet").local_paths if p.path == str(own[1])).status == "Ready"
 
@@ -333,20 +335,147 @@ def test_repairing_a_size_mismatch_hashes_the_whole_own_copy_before_it_counts_as
     assert model.phase == "Ready" and model.local_paths[0].status == "Ready"
 
 
-def test_a_full_hash_never_marks_ready_a_path_another_run_works_on(wk, hub):
-    """A path failed earlier, though its bytes are all there; before its full hash ends, another run claims it (a
-    new download, a cleanup). The hash finds the copy complete, and leaves the path to that run: not Ready."""
+def _repair_failed(wk, name: str, path_id: int) -> None:
+    """Fail the path as a repair that fails does (the next pass repairs it again)."""
+    holder = Holder.here(f"repair/test/{path_id}")
+    assert wk.registry.claim_download(name, path_id, holder, 60).ok
+    wk.registry.repair_failed(name, path_id, holder, "an earlier repair failed")
+
+
+def test_a_full_hash_never_marks_ready_a_path_another_run_works_on(wk, hub, monkeypatch):
+    """A path whose repair failed, though its bytes are all there; before its full hash ends, another run claims it
+    (a new download, a cleanup). The hash finds the copy complete, and leaves the path to that run: not Ready."""
     from prefect import flow
 
-    from weightkeeper.tasks.verify import verify_model_path
+    from weightkeeper.tasks import verify
 
     hub.add_repo("acme/hash-busy", tiny_files("hash-busy"))
     wk.declare("hash-busy", "hf://acme/hash-busy", workspaces=["team-a"])
     assert ensure_model("hash-busy") == "Ready"
     path_id = wk.registry.get_model("hash-busy").local_paths[0].id
-    wk.registry.set_path_message("hash-busy", path_id, "Failed", "an earlier failure")
+    _repair_failed(wk, "hash-busy", path_id)
     other = Holder("another-run/1", "elsewhere", 7, 1.0)
-    assert wk.registry.claim_download("hash-busy", path_id, other, 60).ok
-    assert flow(name="hash-busy-pass")(lambda: verify_model_path("hash-busy", path_id))() == "busy"
+    check = verify._check
+
+    def claimed_meanwhile(*args):
+        problems = check(*args)
+        assert wk.registry.claim_download("hash-busy", path_id, other, 60).ok
+        return problems
+
+    monkeypatch.setattr(verify, "_check", claimed_meanwhile)
+    assert flow(name="hash-busy-pass")(lambda: verify.verify_model_path("hash-busy", path_id))() == "busy"
     entry = wk.registry.get_model("hash-busy").local_paths[0]
     assert entry.status == "Downloading" and entry.lease.holder == other
+
+
+def _no_file_fetched(hub) -> bool:
+    return not [r.filename for r in hub.requests if r.method == "GET" and r.filename]
+
+
+def test_a_path_whose_download_failed_is_left_to_its_owner_never_fetched_by_a_pass(wk, hub):
+    """The download is refused for space ("nothing was written"): the pass neither repairs nor creates the path,
+    asks the Hub for no file, and leaves the path Failed with the download's message for `model retry`."""
+    hub.add_repo("acme/no-room", tiny_files("no-room"))
+    wk.rewrite(hf_endpoint=hub.url, free_space_margin_bytes=2**62)
+    wk.declare("no-room", "hf://acme/no-room", workspaces=["team-a"])
+    assert ensure_model("no-room") == "Failed"
+    entry = wk.registry.get_model("no-room").local_paths[0]
+    assert entry.status == "Failed" and "no space" in entry.message and "nothing was written" in entry.message
+    hub.reset_stats()
+    assert entry.path not in reconcile()
+    after = wk.registry.get_model("no-room")
+    assert after.phase == "Failed" and after.local_paths[0].status == "Failed"
+    assert after.local_paths[0].message == entry.message and _no_file_fetched(hub)
+    assert not os.path.lexists(entry.path)
+
+
+def test_a_repair_fetches_only_what_fits_from_the_hub_budget_and_a_failed_repair_is_repaired_next_pass(wk, hub):
+    """A Ready copy is damaged while the volume has no room: its repair fetches nothing and fails saying so; the
+    next pass, with room again, repairs it, its requests counted in the Hub budget like a download's."""
+    files = tiny_files("repair-room")
+    hub.add_repo("acme/repair-room", files)
+    wk.declare("repair-room", "hf://acme/repair-room", workspaces=["team-a"])
+    assert ensure_model("repair-room") == "Ready"
+    path = Path(wk.registry.get_model("repair-room").local_paths[0].path)
+    os.truncate(path / SHARD, 10)
+    wk.rewrite(hf_endpoint=hub.url, free_space_margin_bytes=2**62)
+    hub.reset_stats()
+    assert reconcile()[str(path)] == "postponed"
+    entry = wk.registry.get_model("repair-room").local_paths[0]
+    assert entry.status == "Failed" and "no space" in entry.message and _no_file_fetched(hub)
+    wk.rewrite(hf_endpoint=hub.url, free_space_margin_bytes=0)
+    before = wk.registry.hub_request_counts()["resolve"].requests
+    assert reconcile()[str(path)] == "repaired"
+    assert (path / SHARD).read_bytes() == files[SHARD] and wk.registry.get_model("repair-room").phase == "Ready"
+    resolves = len([r for r in hub.requests if r.filename])
+    assert resolves and wk.registry.hub_request_counts()["resolve"].requests - before == resolves
+
+
+@pytest.mark.parametrize("when", ["after its check", "while it is read"])
+def test_a_full_hash_never_reads_past_the_recorded_size_of_a_file_its_owner_grows(tmp_path, monkeypatch, when):
+    """The copy's owner appends 2 MiB to a file recorded at 4 KiB once its size was checked, or while it is hashed:
+    at most one byte past the recorded size is read, and the copy is damaged."""
+    import hashlib
+
+    from weightkeeper import verify
+    from weightkeeper.anchored import Dir
+    from weightkeeper.download import RemoteFile
+
+    data = os.urandom(4096)
+    (tmp_path / SHARD).write_bytes(data)
+    remote = RemoteFile(SHARD, len(data), "0" * 40, hashlib.sha256(data).hexdigest())
+    inode, counted = (tmp_path / SHARD).stat().st_ino, {"read": 0, "hashed": 0}
+
+    def grow() -> None:
+        with open(tmp_path / SHARD, "ab") as f:
+            f.write(b"\0" * (2 << 20))
+
+    def read(fd: int, n: int, real=os.read) -> bytes:
+        chunk = real(fd, n)
+        counted["read"] += len(chunk) if os.fstat(fd).st_ino == inode else 0
+        return chunk
+
+    class Hasher:
+        def __init__(self, real):
+            self.real = real
+
+        def update(self, chunk: bytes) -> None:
+            if not counted["hashed"] and when == "while it is read":
+                grow()
+            counted["hashed"] += len(chunk)
+            self.real.update(chunk)
+
+        def hexdigest(self) -> str:
+            return self.real.hexdigest()
+
+    def lstat(self, name: str, real=Dir.lstat):
+        st = real(self, name)
+        if name == SHARD and when == "after its check":
+            grow()
+        return st
+
+    monkeypatch.setattr(verify, "file_hasher", lambda r, real=verify.file_hasher: Hasher(real(r)))
+    monkeypatch.setattr(os, "read", read)
+    monkeypatch.setattr(Dir, "lstat", lstat)
+    with Dir.root(tmp_path) as root:
+        problems = verify.verify_copy(root, [remote], deep=True, workers=1)
+    assert [p.path for p in problems] == [SHARD] and "size" in problems[0].reason, problems
+    assert counted["read"] <= len(data) + 1 and counted["hashed"] <= len(data), counted
+    assert counted["read"] == 0 or when == "while it is read"  # grown before the open: not a byte read
+
+
+def test_a_dead_runs_lease_on_a_ready_model_is_marked_crashed_once_then_let_go(wk, hub):
+    """A Ready model whose last run died holding its run lease: a pass marks that run Crashed and lets the lease
+    go, so the next pass has nothing of it to mark (before, every pass did, for ever)."""
+    import uuid
+
+    hub.add_repo("acme/dead-run", tiny_files("dead-run"))
+    wk.declare("dead-run", "hf://acme/dead-run", workspaces=["team-a"])
+    assert ensure_model("dead-run") == "Ready"
+    registry = wk.registry
+    gone = Holder(run=str(uuid.uuid4()), host=Holder.here("x").host, pid=2 ** 22 + 7, started=1.0)  # no such process
+    assert registry.claim_run("dead-run", ENSURE_FLOW, gone, 60) is None
+    assert "dead-run" in registry.run_leases() and not registry.run_leases()["dead-run"].fresh
+    reconcile()
+    assert "dead-run" not in registry.run_leases()
+    assert registry.get_model("dead-run").phase == "Ready"

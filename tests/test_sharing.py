@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -318,15 +319,17 @@ def test_reconcile_runs_on_a_schedule(wk, hub):
             raise
 
 
-def test_a_partial_shared_copy_is_not_collected_while_its_model_lives(wk, hub):
+def test_a_copy_begun_for_a_model_the_hub_refuses_is_collected_and_the_model_kept(wk, hub):
+    """Refused (gated, no token), the model is no user of the copy begun for it: a pass collects it, and the
+    model stays Failed for its owner to retry or delete."""
     commit = hub.add_repo("acme/partial", tiny_files("partial"), gated=True, token="hf_needed")
     wk.declare("partial", "hf://acme/partial", workspaces=["team-a"], download_policy="reuse-if-exists")
-    assert ensure_model("partial") == "Failed"  # gated, no token: the copy stays incomplete
+    assert ensure_model("partial") == "Failed"
     copy = shared_dir(wk, "acme--partial", commit)
-    assert reconcile()[str(copy)] in ("not downloaded", "busy", "in use")
-    assert wk.registry.list_artifacts() and wk.registry.list_artifacts()[0].users
-    assert delete_model("partial") == "Released"
+    assert reconcile()[str(copy)] == "collected"
     assert not copy.exists() and wk.registry.list_artifacts() == []
+    assert wk.registry.get_model("partial").phase == "Failed"
+    assert delete_model("partial") == "Released"
 
 
 def test_an_own_copy_is_never_written_through_a_left_link(wk, hub):
@@ -444,3 +447,137 @@ def test_a_copy_whose_directories_others_may_write_is_failed_and_hashed_before_i
     hub.reset_stats()
     assert ensure_model("open-shelf") == "Ready"
     assert (copy / SHARD).read_bytes() == files[SHARD] and hub.get_count("acme/open-shelf", SHARD) == 1
+
+
+def test_a_directory_put_in_place_of_the_link_fails_the_path_and_is_left_alone(wk, hub):
+    """Whoever may write the path's parent replaces weightkeeper's link with a directory of zeros of the model's
+    files and sizes: the next pass fails the path and its model, naming what stands there, and touches none of it."""
+    from test_attacks import tree
+
+    hub.add_repo("acme/unlinked", tiny_files("unlinked"))
+    wk.declare("unlinked", "hf://acme/unlinked", workspaces=["team-a"], download_policy="reuse-if-exists")
+    assert ensure_model("unlinked") == "Ready"
+    model = wk.registry.get_model("unlinked")
+    path = Path(model.local_paths[0].path)
+    assert path.is_symlink()
+    path.unlink()
+    path.mkdir()
+    for f in model.files:
+        (path / f["path"]).write_bytes(b"\0" * f["size"])
+    before = tree(path)
+    assert reconcile()[str(path)] == "failed"
+    model = wk.registry.get_model("unlinked")
+    entry = model.local_paths[0]
+    assert model.phase == "Failed" and entry.status == "Failed"
+    assert f"{path} is a directory where weightkeeper's link" in entry.message and "model retry unlinked" in \
+        entry.message and model.message == entry.message
+    assert tree(path) == before and not path.is_symlink()
+
+
+def _an_owners_copy(wk, hub, tmp_path, monkeypatch, name: str) -> tuple[Path, str]:
+    """(Kubernetes) A Ready shared copy that a job of owner 1000 made for model `name` on `_artifacts.1000`, and its
+    commit; the Kubernetes table is then dropped, so that the service's deletion waits for no pod (no cluster here)."""
+    from test_kube import _kube_workspace, as_the_job_of
+
+    volume = _kube_workspace(wk, hub, tmp_path)
+    commit = hub.add_repo(f"acme/{name}", tiny_files(name))
+    wk.declare(name, f"hf://acme/{name}", workspaces=["gpu"], download_policy="reuse-if-exists", owner_uid=1000)
+    with as_the_job_of(monkeypatch, 1000):
+        assert ensure_model(name) == "Ready"
+    shelf = volume / "models" / "_artifacts.1000"
+    for made in (shelf, *shelf.rglob("*")):  # as the job, running as 1000, made them
+        os.chown(made, 1000, 1000, follow_symlinks=False)
+    wk.rewrite(hf_endpoint=hub.url)
+    return shelf / f"acme--{name}" / commit, commit
+
+
+def test_collecting_a_copy_on_an_owners_shelf_never_empties_another_users_directory(wk, hub, tmp_path, monkeypatch):
+    """The copy on `_artifacts.1000` is its owner's to write. Before deleting their model they move into it a directory
+    open to all that holds another user's (uid 2000) read-only subtree, which they cannot remove themselves. The
+    service's garbage collection (root) leaves that subtree whole and keeps the copy, naming it; once its owner
+    takes it back, the copy goes."""
+    from test_attacks import tree
+
+    copy, _ = _an_owners_copy(wk, hub, tmp_path, monkeypatch, "owned-gc")
+    theirs = copy / "planted" / "theirs"
+    (theirs / "deeper").mkdir(parents=True)
+    (theirs / "deeper" / "data.bin").write_bytes(b"another user's")
+    (theirs / "notes.txt").write_bytes(b"another user's too")
+    os.chown(copy / "planted", 1000, 1000)
+    (copy / "planted").chmod(0o777)
+    for p in (theirs, *theirs.rglob("*")):
+        os.chown(p, 2000, 2000)
+    before = tree(theirs)
+    assert delete_model("owned-gc") == "Released"
+    (artifact,) = wk.registry.list_artifacts()
+    assert artifact.path == str(copy) and f"cannot collect: {theirs} (owner uid 2000) is not owned as" in \
+        artifact.message, artifact.message
+    assert tree(theirs) == before
+    assert reconcile()[str(copy)] == "busy" and tree(theirs) == before
+    os.rename(theirs, tmp_path / "theirs")
+    assert reconcile()[str(copy)] == "collected" and not copy.exists() and wk.registry.list_artifacts() == []
+    assert tree(tmp_path / "theirs") == before
+
+
+@pytest.mark.parametrize("planted", ["directory at the lock", "lock of another uid", "locks of another uid"])
+def test_a_lock_someone_else_put_on_an_owners_shelf_is_refused_and_left_alone(wk, hub, tmp_path, monkeypatch,
+                                                                              planted):
+    """The owner of `_artifacts.1000` puts at their copy's lock (or at `.locks`) something of another user's: a
+    directory holding their files, their lock file or their directory, open to others. The service's garbage collection
+    (root) neither removes nor chmods it: the copy is kept, naming it, until it is gone; the owner's own locks serve."""
+    from test_attacks import tree
+
+    copy, commit = _an_owners_copy(wk, hub, tmp_path, monkeypatch, "owned-lock")
+    locks = copy.parent.parent / ".locks"
+    lock = locks / f"acme--owned-lock--{commit}.lock"
+    if planted == "directory at the lock":
+        lock.unlink()
+        lock.mkdir()
+        (lock / "theirs").write_bytes(b"another user's")
+        os.chown(lock, 1000, 1000)
+        os.chown(lock / "theirs", 2000, 2000)
+    what = locks if planted == "locks of another uid" else lock
+    if planted != "directory at the lock":
+        os.chown(what, 2000, 2000)
+        what.chmod(0o755 if what == locks else 0o644)
+    state = lambda: [(p, p.stat().st_uid, p.stat().st_mode) for p in (what, *what.rglob("*"))]  # noqa: E731
+    before, content = state(), tree(what) if what.is_dir() else what.read_bytes()
+    assert delete_model("owned-lock") == "Released"
+    (artifact,) = wk.registry.list_artifacts()
+    assert f"cannot collect: refusing {what}" in artifact.message, artifact.message
+    assert copy.is_dir() and state() == before and (tree(what) if what.is_dir() else what.read_bytes()) == content
+    if what == locks:
+        os.chown(locks, 1000, 1000)
+        locks.chmod(0o700)
+    else:
+        os.rename(lock, tmp_path / "moved-away")
+    assert reconcile()[str(copy)] == "collected" and not copy.exists()
+
+
+def test_a_models_root_wider_than_the_open_file_limit_keeps_garbage_collection_going(wk, hub):
+    """A user makes 1,500 directories in their part of the models root; the service runs with the usual limit of 1,024
+    open files (a process of its own here). The scan for links into an unused copy still sees all of them (one
+    directory open per level): a link in the last keeps the copy, and once it is gone the copy is collected."""
+    commit = hub.add_repo("acme/wide-root", tiny_files("wide-root"))
+    wk.declare("wide-root", "hf://acme/wide-root", workspaces=["team-a"], download_policy="reuse-if-exists")
+    assert ensure_model("wide-root") == "Ready"
+    copy = shared_dir(wk, "acme--wide-root", commit)
+    user = wk.volumes["team-a"] / "models" / "bob"
+    for i in range(1500):
+        (user / f"run-{i:04}").mkdir(parents=True)
+    (user / "run-1499" / "weights").symlink_to(copy)
+    assert delete_model("wide-root") == "Released" and copy.is_dir()
+    limited = ("import json, resource; resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit("
+               "resource.RLIMIT_NOFILE)[1])); from weightkeeper.flows.reconcile import reconcile; "
+               "print(json.dumps({k: str(v) for k, v in reconcile().items()}))")
+
+    def reconcile_limited() -> dict[str, str]:
+        run = subprocess.run([sys.executable, "-c", limited], env=dict(os.environ), capture_output=True, text=True,
+                             timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        return json.loads(run.stdout.strip().splitlines()[-1])
+
+    assert reconcile_limited()[str(copy)] == "linked" and copy.is_dir()
+    assert f"{user}/run-1499/weights" in wk.registry.list_artifacts()[0].message
+    (user / "run-1499" / "weights").unlink()
+    assert reconcile_limited()[str(copy)] == "collected" and not copy.exists()

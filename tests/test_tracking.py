@@ -353,3 +353,39 @@ def test_a_partly_switched_path_another_model_joined_on_the_models_commit_goes_b
     assert wk.registry.get_artifact(on_p1.artifact_id).commit == a
     other = wk.registry.get_model("bobs-split-joined")
     assert other.phase == "Ready" and other.commit == a and other.local_paths[0].status == "Ready"
+
+
+def test_a_switch_killed_before_the_registry_recorded_it_is_rolled_back_by_the_next_pass(wk, hub, monkeypatch):
+    """The switch renames the link to B's copy over the link to A's and dies before the registry records it (its
+    lease is gone): the link names B, the registry A, whose copy is the one it keeps. The next pass puts the
+    link to A's copy back, so the files read through the path are the commit the registry records."""
+    from weightkeeper.errors import WeightkeeperError
+    from weightkeeper.registry import Registry
+
+    class Killed(WeightkeeperError):
+        pass
+
+    def killed(*args, **kwargs):
+        raise Killed("killed between the rename and its record")
+
+    a_files = commit_files("A")
+    a = hub.add_repo("acme/track-killed", a_files)
+    wk.declare("killed-switch", "hf://acme/track-killed", workspaces=["team-a"], track=True)
+    assert ensure_model("killed-switch") == "Ready"
+    path = wk.registry.get_model("killed-switch").local_paths[0].path
+    b = hub.add_repo("acme/track-killed", commit_files("B", B_CHANGES))
+    with monkeypatch.context() as patched:
+        patched.setattr(Registry, "path_switched", killed)
+        ensure_model("killed-switch", return_state=True)
+    model = wk.registry.get_model("killed-switch")
+    assert model.commit == a and model.pending_commit == b
+    assert os.readlink(path) == f"_artifacts/acme--track-killed/{b}"  # the registry still says A
+
+    assert reconcile()[path] == "relinked"
+    assert os.readlink(path) == f"_artifacts/acme--track-killed/{a}"
+    assert {n: open(f"{path}/{n}", "rb").read() for n in a_files} == a_files
+    model = wk.registry.get_model("killed-switch")
+    entry = model.local_paths[0]
+    assert model.phase == "Ready" and model.commit == a and entry.status == "Ready"
+    assert wk.registry.get_artifact(entry.artifact_id).commit == a and "never recorded" in entry.message
+    assert reconcile()[path] == "linked"

@@ -25,6 +25,7 @@ from weightkeeper.guard import VolumeRule, check_removable
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # O_NONBLOCK: a planted FIFO never blocks an open
 SMALL_FILE_BYTES = 1 << 20  # what `read_small` reads at most (markers, range progress)
+WALK_OPEN = 64  # the deepest levels of a tree `walk` keeps open (and its top): however deep, descriptors are bounded
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2  # renameat2(2): fail if the new name exists; swap two entries atomically
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
@@ -190,10 +191,15 @@ class Dir:
         st = os.fstat(self.fd)
         return not st.st_mode & 0o022 and (st.st_uid == owner or st.st_uid == _owner_of_a_file_made_in(self.fd))
 
+    def mine(self, uid: int) -> bool:
+        """`uid` is this process's: its euid, or the owner a file it makes here gets (see `make_dir`)."""
+        return uid == os.geteuid() or uid == _owner_of_a_file_made_in(self.fd)
+
     def identity(self) -> str:
-        """`dev:inode` of this directory: which directory it is, whatever its path."""
+        """`uid@dev:inode` of this directory: which directory it is, whatever its path, and whose (a freed inode is
+        reused at once, by whoever makes a directory next)."""
         st = os.fstat(self.fd)
-        return f"{st.st_dev}:{st.st_ino}"
+        return f"{st.st_uid}@{st.st_dev}:{st.st_ino}"
 
     # -- files -------------------------------------------------------------------------------
 
@@ -202,23 +208,31 @@ class Dir:
         return os.open(name, flags | FILE_FLAGS, mode, dir_fd=self.fd)
 
     def open_regular(self, name: str, flags: int, mode: int = 0o644) -> int:
-        """Open (or create) a regular file with one link: a planted FIFO, device, link or hard link is removed
-        and a fresh file made in its place."""
+        """Open (or create) a regular file with one link: a planted FIFO, device, link or hard link is unlinked
+        and a fresh file made in its place. A directory there is never removed (whoever can write here may have
+        moved in one holding others' files): `LinkInTheWayError`, and it is left alone."""
         for _ in range(3):
             try:
                 fd = self.open(name, flags, mode)
             except OSError as e:
                 if e.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EWOULDBLOCK):
                     raise
-                self.remove(name)
+                self._unlink_planted(name)
                 continue
             st = os.fstat(fd)
             if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
                 os.set_blocking(fd, True)
                 return fd
             os.close(fd)
-            self.remove(name)
+            self._unlink_planted(name)
         raise UnsafePathError(f"refusing {self.path(name)}: it keeps being replaced by something not a plain file")
+
+    def _unlink_planted(self, name: str) -> None:
+        try:
+            self.unlink(name)  # never a directory, even one renamed there since it was opened
+        except IsADirectoryError:
+            raise LinkInTheWayError(f"refusing {self.path(name)}: a directory stands where weightkeeper keeps a file "
+                                    "of its own; it is left alone and nothing is written: move it away") from None
 
     def read_small(self, name: str, limit: int = SMALL_FILE_BYTES) -> bytes | None:
         """The content of a small regular file, or None when it is missing, not a regular file or too large."""
@@ -339,7 +353,10 @@ class Dir:
 
     def remove(self, name: str) -> bool:
         """Remove an entry: a file or link is unlinked, a directory removed with all it holds. Nothing is
-        followed, nothing on another filesystem is entered (a mount point inside refuses the removal)."""
+        followed, nothing on another filesystem is entered (a mount point inside refuses the removal), and no
+        directory is entered whose owner is not this one's: whoever may write in a tree (a Kubernetes job's owner
+        in theirs) can move in a directory of someone else's that they may not empty themselves, so it is left in
+        place with all it holds (`LinkInTheWayError`, after what came before it was removed)."""
         st = self.lstat(name)
         if st is None:
             return False
@@ -352,10 +369,15 @@ class Dir:
         except FileNotFoundError:
             return False
         with child:
-            if os.fstat(child.fd).st_dev != os.fstat(self.fd).st_dev:
+            st, here = os.fstat(child.fd), os.fstat(self.fd)
+            if st.st_dev != here.st_dev:
                 raise CleanupError(f"{child.where} is a mount point; nothing below it was removed: unmount it")
+            if st.st_uid != here.st_uid:
+                raise LinkInTheWayError(f"{child.where} (owner uid {st.st_uid}) is not owned as {self.where} (uid "
+                                        f"{here.st_uid}) is, so it is not weightkeeper's to empty: it is left in place "
+                                        "with all it holds, and what holds it is kept; move it away, then it goes")
             child.clear()
-            self.rmdir_if(name, os.fstat(child.fd))
+            self.rmdir_if(name, st)
         return True
 
     def rmdir_if(self, name: str, st: os.stat_result, strict: bool = False) -> bool:
@@ -390,7 +412,7 @@ class Dir:
         return True
 
     def clear(self) -> None:
-        """Remove everything below this directory (see `remove`)."""
+        """Remove everything below this directory (see `remove`: only directories of its owner are entered)."""
         for name in self.entries():
             self.remove(name)
 
@@ -406,28 +428,42 @@ class Dir:
 
     def walk(self, skip: Iterable[str] = ()) -> Iterator[tuple[Dir, list[str]]]:
         """(directory, names of its non-directory entries) for this directory and every one below it, each
-        opened from its parent without following links; `skip` names top-level entries to leave out."""
+        opened from its parent without following links; `skip` names top-level entries to leave out.
+
+        Depth first, one directory open per level, and only the deepest `WALK_OPEN` levels (and the top) at once:
+        however wide or deep the tree, the descriptors are bounded. A level closed on the way down is opened again
+        from the nearest open one on the way up, and must still be the directory it was (else `UnsafePathError`)."""
         skip = set(skip)
-        stack = [Dir(os.dup(self.fd), self.where)]
-        top = True
-        while stack:
-            with stack.pop() as current:
-                others = []
-                for name in current.entries():
-                    if top and name in skip:
-                        continue
-                    st = current.lstat(name)
-                    if st is None:
-                        continue
-                    if stat.S_ISDIR(st.st_mode):
-                        try:
-                            stack.append(current.descend(name))
-                        except (UnsafePathError, FileNotFoundError):
+        levels = [_Level("", Dir(os.dup(self.fd), self.where))]
+        try:
+            while levels:
+                level = levels[-1]
+                if level.todo is None:  # entered just now: list it, hand it out
+                    others, level.todo = [], []
+                    for name in level.dir.entries():
+                        if len(levels) == 1 and name in skip:
                             continue
-                    else:
-                        others.append(name)
-                top = False
-                yield current, others
+                        st = level.dir.lstat(name)
+                        if st is not None:
+                            (level.todo if stat.S_ISDIR(st.st_mode) else others).append(name)
+                    level.todo.reverse()
+                    yield level.dir, others
+                    continue
+                if not level.todo:
+                    levels.pop().close()
+                    continue
+                if level.dir is None:
+                    _reopen_last(levels)
+                name = level.todo.pop()
+                try:
+                    levels.append(_Level(name, level.dir.descend(name)))
+                except (UnsafePathError, FileNotFoundError):
+                    continue
+                if len(levels) > WALK_OPEN + 1:
+                    levels[-WALK_OPEN - 1].close()
+        finally:
+            for level in levels:
+                level.close()
 
     def size(self, skip: Iterable[str] = ()) -> int:
         """Bytes of the regular files below this directory, links not followed."""
@@ -438,6 +474,33 @@ class Dir:
                 if st is not None and stat.S_ISREG(st.st_mode):
                     total += st.st_size
         return total
+
+
+class _Level:
+    """One level of `Dir.walk`: its name in its parent, its directory (None while closed), which directory it is, and
+    the names of its subdirectories left to walk (None until it is listed)."""
+
+    def __init__(self, name: str, d: Dir):
+        st = os.fstat(d.fd)
+        self.name, self.dir, self.where, self.id = name, d, d.where, (st.st_dev, st.st_ino)
+        self.todo: list[str] | None = None
+
+    def close(self) -> None:
+        if self.dir is not None:
+            self.dir.close()
+            self.dir = None
+
+
+def _reopen_last(levels: list[_Level]) -> None:
+    """Open the last of `levels` again by name from the nearest open one: the very directory it was."""
+    top = max(i for i, level in enumerate(levels) if level.dir is not None)
+    last = levels[-1]
+    again = levels[top].dir.descend("/".join(level.name for level in levels[top + 1:]))
+    st = os.fstat(again.fd)
+    if (st.st_dev, st.st_ino) != last.id:
+        again.close()
+        raise UnsafePathError(f"{last.where} was replaced while weightkeeper read the tree it is in; read it again")
+    last.dir = again
 
 
 def volume_of(path: str, volumes: Iterable[VolumeRule]) -> tuple[VolumeRule, str]:

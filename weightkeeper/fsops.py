@@ -1,7 +1,7 @@
 """Model directories on a volume: what weightkeeper made there, its size, and its guarded removal.
 
 Everything goes through `weightkeeper.anchored` (directory descriptors, no link followed). A path's
-entry records what weightkeeper made at it (`made`): `LINK`, a directory's `dev:inode`, `LEGACY` for
+entry records what weightkeeper made at it (`made`): `LINK`, a directory's `uid@dev:inode`, `LEGACY` for
 entries recorded before that was kept, or None when nothing was made yet. Removal takes only that.
 """
 
@@ -17,15 +17,30 @@ from weightkeeper.anchored import Dir, open_parent, open_path, volume_of
 from weightkeeper.download import CACHE_DIR, PARTIAL_DIR
 from weightkeeper.errors import CleanupError, DownloadError, NotOursError, UnsafePathError
 from weightkeeper.guard import VolumeRule, check_removable
+from weightkeeper.layout import is_artifacts_dir
 
 LINK, LEGACY = "link", "legacy"
 SHOWN_ENTRIES = 5
 
 
 def made_here(d: Dir, made: str | None) -> bool:
-    """`d` is the directory recorded as `made` (a `dev:inode`), or `made` is LEGACY (recorded before identities
-    were kept). The inode decides: a network filesystem's device number differs between hosts and mounts."""
-    return made == LEGACY or made is not None and made.rpartition(":")[2] == d.identity().rpartition(":")[2]
+    """`d` is the directory recorded as `made` (`uid@dev:inode`, `Dir.identity`), or `made` is LEGACY (recorded before
+    identities were kept). The inode decides (a network filesystem's device number differs between hosts and mounts),
+    with the owner: a freed inode is reused at once, so a user who removes the empty directory weightkeeper made and
+    makes one gets that inode, but as theirs. The owner is the one it was made as, or on an owner's shelf
+    (`_artifacts.<uid>`) that uid (their job made it). A `dev:inode` recorded before owners were compares the inode."""
+    if made in (LEGACY, None):
+        return made == LEGACY
+    maker, owner = made.rpartition("@")[0], os.fstat(d.fd).st_uid
+    return made.rpartition(":")[2] == d.identity().rpartition(":")[2] and (
+        not maker or int(maker) == owner or owner == shelf_uid(d.where))
+
+
+def shelf_uid(copy: str) -> int | None:
+    """The uid whose shelf holds the shared copy at `copy` (`.../_artifacts.<uid>/<repo dir>/<copy name>`), or None."""
+    parts = copy.split("/")
+    shelf = parts[-3] if len(parts) > 3 else ""
+    return int(shelf.rpartition(".")[2]) if is_artifacts_dir(shelf) and "." in shelf else None
 
 
 def directory_size(d: Dir) -> int:
@@ -64,9 +79,9 @@ def own_directory(parent: Dir, name: str, path: str, made: str | None,
                   remedy: str = "empty it or choose another --subpath") -> tuple[Dir, str]:
     """The model directory `name` in `parent`, made by weightkeeper: (its Dir, what to record as made).
 
-    The directory weightkeeper made before (`made` is its identity) is used as is. A missing one is
-    made; an empty one someone else made is replaced by a new one (`Dir.make_dir`: never one renamed there
-    meanwhile). A directory that holds anything
+    The directory weightkeeper made before (`made` is its identity; one recorded without its owner gets it) is used
+    as is. A missing one is made; an empty one someone else made is replaced by a new one (`Dir.make_dir`: never
+    one renamed there meanwhile). A directory that holds anything
     weightkeeper did not write is refused, naming what it holds: weightkeeper never adopts files.
     """
     st = parent.lstat(name)
@@ -79,7 +94,7 @@ def own_directory(parent: Dir, name: str, path: str, made: str | None,
     if st is not None:
         d = parent.descend(name)
         if made_here(d, made):
-            return d, made
+            return d, made if made == LEGACY or "@" in made else d.identity()
         entries = sorted(d.entries())
         d.close()
         if entries:

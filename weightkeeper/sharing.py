@@ -15,7 +15,8 @@ from contextlib import contextmanager
 
 from weightkeeper.anchored import Dir, open_under, volume_of
 from weightkeeper.download import PARTIAL_DIR, READY_MARKER
-from weightkeeper.errors import CleanupError, UnsafePathError
+from weightkeeper.errors import CleanupError, LinkInTheWayError, UnsafePathError
+from weightkeeper.fsops import shelf_uid
 from weightkeeper.guard import VolumeRule
 from weightkeeper.layout import is_artifacts_dir
 
@@ -45,10 +46,16 @@ def unmark_ready(copy: Dir) -> None:
         pass
 
 
-def _private(fd: int) -> None:
+def _private(d: Dir, fd: int, where: str, owner: int | None) -> None:
     """No one else may open it: whoever can read a lock file can hold its `flock` forever (made so by an earlier
-    version, its group and other bits are cleared)."""
+    version, its group and other bits are cleared). Only this process's own, or those of the `owner` whose shelf it is
+    on (their job made them): any other is refused, never chmod-ed, as whoever can write on the shelf may have moved
+    a file or directory of someone else's there (`d`: the directory it is in)."""
     st = os.fstat(fd)
+    if st.st_uid != owner and not d.mine(st.st_uid):
+        raise LinkInTheWayError(f"refusing {where} (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}): "
+                                "neither weightkeeper's own nor its shelf owner's, so it is never used or chmod-ed; "
+                                "it is left alone and the shared copy waits: move it away (weightkeeper makes its own)")
     if st.st_mode & 0o077:
         os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o700)
 
@@ -61,21 +68,22 @@ def file_lock(artifact: str, volumes: Iterable[VolumeRule], on_wait: Callable[[]
     holder has it (and may raise to give up). Only its maker may open `.locks` and the lock (`_private`)."""
     volume, relative = volume_of(artifact, volumes)
     artifacts, repo_dir, commit = relative.rsplit("/", 2)
+    owner, name = shelf_uid(artifact), f"{repo_dir}--{commit}.lock"
     with open_under(volume.root, artifacts, create=True) as shelf, shelf.descend(LOCKS_DIR, True, 0o700) as locks:
-        _private(locks.fd)
-        fd = locks.open_regular(f"{repo_dir}--{commit}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        _private(fd)
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                on_wait()
-                time.sleep(poll)
-        yield
-    finally:
-        os.close(fd)
+        _private(shelf, locks.fd, locks.where, owner)
+        fd = locks.open_regular(name, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            _private(locks, fd, locks.path(name), owner)
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    on_wait()
+                    time.sleep(poll)
+            yield
+        finally:
+            os.close(fd)
 
 
 def links_into(artifact: str, volumes: Iterable[VolumeRule]) -> list[str]:
@@ -101,7 +109,8 @@ def links_into(artifact: str, volumes: Iterable[VolumeRule]) -> list[str]:
 
 def discard(copy: Dir, relative: str) -> None:
     """Remove one damaged entry of a copy (file, link or directory), never following a link: if a
-    directory on the way is a symlink, that link itself is what gets removed."""
+    directory on the way is a symlink, that link itself is what gets removed. A directory on the way that is not
+    owned as the copy is (moved in by whoever may write in it) is neither entered nor removed (`Dir.remove`)."""
     parts = relative.split("/")
     current = Dir(os.dup(copy.fd), copy.where)
     try:
@@ -119,6 +128,9 @@ def discard(copy: Dir, relative: str) -> None:
                 return
             current.close()
             current = child
+            if (uid := os.fstat(current.fd).st_uid) != os.fstat(copy.fd).st_uid:
+                raise LinkInTheWayError(f"{current} (owner uid {uid}) is not owned as {copy} is, so it is not "
+                                        "weightkeeper's: it is left alone and the copy not repaired; move it away")
         current.remove(parts[-1])
     finally:
         current.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Sequence
@@ -25,14 +26,15 @@ class Problem:
         return f"{self.path}: {self.reason}"
 
 
-def _digest(d: Dir, name: str, remote: RemoteFile) -> str:
-    """The file's digest, of the kind its manifest states."""
-    h = file_hasher(remote)
-    fd = d.open(name, os.O_RDONLY)
-    with os.fdopen(fd, "rb", buffering=0) as f:
-        while chunk := f.read(READ_CHUNK):
+def _digest(fd: int, size: int, remote: RemoteFile) -> str | None:
+    """The digest, of the kind its manifest states, of the open file; None when it does not hold exactly `size`
+    bytes as it is read (at most `size` + 1 are read, however fast its owner grows it)."""
+    h, read = file_hasher(remote), 0
+    while read <= size and (chunk := os.read(fd, min(READ_CHUNK, size + 1 - read))):
+        read += len(chunk)
+        if read <= size:
             h.update(chunk)
-    return h.hexdigest()
+    return h.hexdigest() if read == size else None
 
 
 Listed = tuple[str, int]  # a recorded file as the cheap check needs it: its path and size
@@ -84,8 +86,7 @@ class Due:
         return False if checked_at is None or checked_at <= self.check_before[key % CHECK_SPREAD] else None
 
 
-def _check_entry(d: Dir, name: str, path: str, size: int, remote: RemoteFile | None) -> Problem | None:
-    st = d.lstat(name)
+def _problem(st: os.stat_result | None, path: str, size: int) -> Problem | None:
     if st is None:
         return Problem(path, "missing")
     if stat.S_ISLNK(st.st_mode):
@@ -94,9 +95,34 @@ def _check_entry(d: Dir, name: str, path: str, size: int, remote: RemoteFile | N
         return Problem(path, "not a regular file")
     if st.st_size != size:
         return Problem(path, f"size {st.st_size}, expected {size}")
-    if remote is not None and (problem := digest_problem(remote)):
+    return None
+
+
+def _check_entry(d: Dir, name: str, path: str, size: int, remote: RemoteFile | None) -> Problem | None:
+    """The entry's problem by its stat (nothing else is opened); with `remote`, the file is then opened once
+    without following a link, and what was opened is checked again and hashed (an entry swapped or grown since
+    the stat is never read past its recorded size)."""
+    if (problem := _problem(d.lstat(name), path, size)) or remote is None:
+        return problem
+    if problem := digest_problem(remote):
         return Problem(path, f"cannot be checked: {problem}")
-    if remote is not None and _digest(d, name, remote) != expected_digest(remote):
+    try:
+        fd = d.open(name, os.O_RDONLY)
+    except FileNotFoundError:
+        return Problem(path, "missing")
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        return Problem(path, "is a symlink, not a file")
+    try:
+        if problem := _problem(os.fstat(fd), path, size):
+            return problem
+        digest = _digest(fd, size, remote)
+    finally:
+        os.close(fd)
+    if digest is None:
+        return Problem(path, f"changed size while it was hashed (recorded {size} bytes)")
+    if digest != expected_digest(remote):
         return Problem(path, "content does not match its checksum")
     return None
 

@@ -1,5 +1,6 @@
 """Registry reads and writes of a reconcile pass's checks: every own copy's check times in one query, the
-manifests of the copies due in one more, and what a pass found in one statement per 500 copies."""
+manifests of the copies due in one more, and what a pass found in one statement per 500 copies; every linked
+path's recorded copy in one query, and what its link check did."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import NamedTuple
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, or_, select, update
 
-from weightkeeper.registry.common import FAILED, READY, _utc, utcnow
+from weightkeeper.registry.common import DELETING, FAILED, READY, Holder, _utc, scrub_message, utcnow
+from weightkeeper.registry.leases import Kind, held_by
 from weightkeeper.registry.schema import ArtifactRow, LocalPathRow, ModelRow
 
 CHUNK = 500  # ids per IN (...): well under SQLite's and PostgreSQL's limits on bound parameters
@@ -29,6 +31,32 @@ class OwnCopy(NamedTuple):  # a tuple: a pass reads one per copy
     made: str | None  # the identity of the directory weightkeeper made there (fsops.made_here)
 
 
+class LinkedPath(NamedTuple):
+    """A live Ready path linked to a shared copy, as a pass checks its link."""
+
+    path_id: int
+    model: str
+    workspace: str
+    path: str
+    artifact_id: int
+    copy: str  # the shared copy the registry records the path links to
+    repo_id: str
+    pending: str | None  # the commit the model is switching to, if any
+    include: list | None
+    exclude: list | None
+    owner_uid: int
+
+
+# The own copies a pass checks: owned, not retired, not linked to a shared copy, of a Ready or Failed model whose
+# snapshot is pinned (the others are being downloaded, cleaned or deleted, or have no manifest to check against);
+# Ready, or Failed by a repair (`repair_failed`). A path a download failed (complete once or never) is its owner's
+# to retry (`model retry`): a pass never fetches what a download gave up on (no space, a deadline, a refusal).
+CHECKED = and_(ModelRow.phase.in_((READY, FAILED)), ModelRow.commit.is_not(None),
+               or_(LocalPathRow.status == READY,
+                   and_(LocalPathRow.status == FAILED, LocalPathRow.checked_at >= LocalPathRow.updated_at)),
+               LocalPathRow.owned.is_(True), LocalPathRow.retired.is_(False), LocalPathRow.artifact_id.is_(None))
+
+
 def _chunks(ids: Iterable[int]) -> Iterable[list[int]]:
     ids = sorted(set(ids))
     return (ids[i:i + CHUNK] for i in range(0, len(ids), CHUNK))
@@ -38,20 +66,72 @@ class CopyOps:
     """Mixed into `Registry`; uses its `_tx`."""
 
     def own_copies(self) -> list[OwnCopy]:
-        """Every own copy that a pass checks: owned, not retired, not linked to a shared copy, Ready or Failed, of a
-        Ready or Failed model whose snapshot is pinned (the others are being downloaded, cleaned or deleted, or
-        have no manifest to check against)."""
+        """Every own copy that a pass checks (`CHECKED`), with its check times."""
         with self._tx() as s:
             rows = s.execute(
                 select(LocalPathRow.id, LocalPathRow.model_id, ModelRow.name, LocalPathRow.workspace, LocalPathRow.path,
                        LocalPathRow.status, LocalPathRow.verified_at, LocalPathRow.checked_at,
-                       LocalPathRow.made).join(ModelRow)
-                .where(ModelRow.phase.in_((READY, FAILED)), ModelRow.commit.is_not(None),
-                       LocalPathRow.status.in_((READY, FAILED)),
-                       LocalPathRow.owned.is_(True), LocalPathRow.retired.is_(False),
-                       LocalPathRow.artifact_id.is_(None)).order_by(LocalPathRow.id))
+                       LocalPathRow.made).join(ModelRow).where(CHECKED).order_by(LocalPathRow.id))
             return [OwnCopy(i, m, name, ws, path, status, _utc(verified), _utc(checked), made)
                     for i, m, name, ws, path, status, verified, checked, made in rows]
+
+    def is_checked(self, path_id: int) -> bool:
+        """The path is an own copy that a pass checks (`CHECKED`) still: no download failed it since."""
+        with self._tx() as s:
+            return s.scalar(select(LocalPathRow.id).join(ModelRow).where(CHECKED, LocalPathRow.id == path_id)) \
+                is not None
+
+    def repair_failed(self, name: str, path_id: int, holder: Holder, message: str) -> None:
+        """The repair of a damaged own copy failed: the path is Failed and its lease released, and it stays the
+        passes' to repair (`CHECKED`): its check time is its last change, which any later write to the path (a
+        download's, a retry's) moves past. Nothing is recorded while another run holds the path, nor over a Ready
+        one (as `path_failed`)."""
+        with self._tx() as s:
+            p = self._path(self._model(s, name), path_id)
+            lease = self._lease_row(s, Kind.PATH, p.id)
+            if lease is not None and not held_by(lease, holder) or lease is None and p.status == READY:
+                return
+            p.status, p.message = FAILED, scrub_message(message)
+            p.updated_at = p.checked_at = utcnow()
+            self._drop(s, Kind.PATH, p.id)
+
+    def linked_paths(self) -> list[LinkedPath]:
+        """Every live Ready path linked to a shared copy, with the copy the registry records for it."""
+        with self._tx() as s:
+            rows = s.execute(
+                select(LocalPathRow.id, ModelRow.name, LocalPathRow.workspace, LocalPathRow.path, ArtifactRow.id,
+                       ArtifactRow.path, ModelRow.repo_id, ModelRow.pending_commit, ModelRow.include_patterns,
+                       ModelRow.exclude_patterns, ModelRow.owner_uid)
+                .join(ModelRow).join(ArtifactRow, ArtifactRow.id == LocalPathRow.artifact_id)
+                .where(ModelRow.phase != DELETING, LocalPathRow.status == READY, LocalPathRow.owned.is_(True),
+                       LocalPathRow.retired.is_(False)).order_by(LocalPathRow.id))
+            return [LinkedPath(*row) for row in rows]
+
+    def claim_link(self, name: str, path_id: int, artifact_id: int, holder: Holder, lease_seconds: float) -> bool:
+        """Take a linked path to mend its link: only while it is live, Ready and recorded on the copy `artifact_id`,
+        and no live run holds it (a switch at work moves the link itself; a killed one's lease is taken over)."""
+        with self._tx(path_lock=True) as s:
+            row = self._model(s, name)
+            p = self._path(row, path_id)
+            if row.phase == DELETING or p.retired or p.status != READY or p.artifact_id != artifact_id:
+                return False
+            return self._take(s, Kind.PATH, p.id, holder, lease_seconds, "link") is None
+
+    def link_mended(self, name: str, path_id: int, holder: Holder, message: str, failed: bool = False) -> None:
+        """Release a path taken by `claim_link`, saying what was done (`message`; "": nothing): its link put back
+        (it stays Ready), or (`failed`) something not weightkeeper's found standing there (the path and its model
+        Failed)."""
+        with self._tx() as s:
+            row = self._model(s, name)
+            p = self._path(row, path_id)
+            if not self._holds(s, Kind.PATH, p.id, holder):
+                return
+            if message:
+                p.message, p.updated_at = scrub_message(message), utcnow()
+            if failed and row.phase != DELETING:
+                p.status = FAILED
+                row.phase, row.message, row.updated_at = FAILED, p.message, p.updated_at
+            self._drop(s, Kind.PATH, p.id, holder)
 
     def verified_copies(self, repo_id: str, cluster: str, volume: str,
                         token_block: str | None) -> list[tuple[str, list]]:
