@@ -86,7 +86,7 @@ def _drive_models(settings: Settings, registry: Registry, models: list[Model],
             logger.warning("%s: run %s of %s has not renewed its lease since %s; treated as crashed", model.name,
                            run_id, lease.flow, lease.lease.expires_at)
             mark_crashed(run_id, model.name, return_state=True)
-            registry.release_run(model.name, lease.lease.holder)  # let go: the next pass marks it no more
+            registry.release_run(model.name, lease.lease.holder, abandoned_only=True)  # marked once
         update = update_due(model.phase, model.track, model.next_revision, model.head_checked_at, now,
                             settings.track_interval_seconds)
         if flow_name := needed_run(model.phase, lease.flow if lease is not None and lease.fresh else None, update):

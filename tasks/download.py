@@ -244,8 +244,8 @@ def _prove_access(settings: Settings, registry: Registry, model: Model, entry: L
     try:
         check_access(settings, registry, model.source, model.token_block, snapshot, lambda seconds: seconds is None
                      or reporter.beat(message=budget_message(seconds), force=True))
-    except BaseException:
-        if not switch and entry.made != LINK:
+    except DownloadError as e:
+        if e.permanent and not switch and entry.made is None:  # refused, and nothing made at the path yet
             registry.link_path(model.name, entry.id, None)
         raise
 

@@ -8,7 +8,7 @@ from prefect import get_run_logger, task
 
 from weightkeeper.config import Settings
 from weightkeeper.download import RemoteFile, Snapshot
-from weightkeeper.hubbudget import budget_message
+from weightkeeper.hubbudget import BUDGET_WAIT, budget_message
 from weightkeeper.errors import DownloadCancelled, DownloadError, WeightkeeperError
 from weightkeeper.layout import S3Source, copy_name, parse_source
 from weightkeeper.registry.common import DOWNLOADING, FAILED
@@ -56,7 +56,7 @@ def budget_wait(registry, model: Model) -> Callable[[float | None], None]:
         nonlocal said
         if seconds is None:
             if said:
-                registry.set_message(model.name, model.message, live=True)
+                registry.set_message(model.name, model.message, live=True, replacing=BUDGET_WAIT)  # if still ours
             said = False
         elif registry.set_message(model.name, budget_message(seconds), live=True):
             said = True

@@ -19,7 +19,8 @@ from weightkeeper.tasks.report import model_phase
 from weightkeeper.config import Settings
 from weightkeeper.download import RemoteFile, Snapshot, in_place
 from weightkeeper.anchored import Dir, PathOpener, open_parent, open_path
-from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError, NotOursError, UnsafePathError
+from weightkeeper.errors import (DownloadCancelled, DownloadError, LinkInTheWayError, NotFoundError, NotOursError,
+                                 UnsafePathError)
 from weightkeeper.fsops import LEGACY, directory_size, made_here, own_copy, own_directory, path_size, shelf_problem
 from weightkeeper.hubbudget import budget_message, hub_budget
 from weightkeeper.layout import artifact_path, copy_name, link_target
@@ -375,8 +376,10 @@ def _check_link(settings: Settings, registry: Registry, link: LinkedPath) -> str
     recorded = link_target(link.path, link.copy)
     try:
         parent, leaf = open_parent(link.path, settings.volume_rules)
-    except (OSError, UnsafePathError):
+    except (LinkInTheWayError, FileNotFoundError):  # readers of the path would follow a link, or find nothing
         parent, leaf = None, ""
+    except (OSError, UnsafePathError) as e:  # an I/O error, the volume left the config: checked on the next pass
+        return f"unchecked: {e.strerror if isinstance(e, OSError) else e}"
     try:
         if parent is not None and parent.readlink(leaf) == recorded:
             return "linked"

@@ -1095,7 +1095,7 @@ MUTATIONS = {
         '        elif registry.set_message(model.name, budget_message(seconds)) or True:',
         'tests/test_budget.py::test_a_deletion_stops_a_resolve_waiting_for_the_budget_and_keeps_its_message'),
     'budget-wait-message-left': (
-        'tasks/snapshot.py', '                registry.set_message(model.name, model.message, live=True)',
+        'tasks/snapshot.py', '                registry.set_message(model.name, model.message, live=True, replacing=BUDGET_WAIT)  # if still ours',
         '                pass',
         'tests/test_budget.py::test_a_head_check_that_waited_for_the_budget_leaves_the_models_message_as_it_was'),
     'repair-only-copies-once-complete': (
@@ -1135,7 +1135,7 @@ MUTATIONS = {
         '            if False:',
         'tests/test_sharing.py::test_a_directory_put_in_place_of_the_link_fails_the_path_and_is_left_alone'),
     'dead-run-lease-kept': (
-        'flows/reconcile.py', '            registry.release_run(model.name, lease.lease.holder)  # let go: the next pass marks it no more\n',
+        'flows/reconcile.py', '            registry.release_run(model.name, lease.lease.holder, abandoned_only=True)  # marked once\n',
         '',
         'tests/test_reconcile.py::test_a_dead_runs_lease_on_a_ready_model_is_marked_crashed_once_then_let_go'),
     'open-regular-removes-a-planted-directory': (
@@ -1167,7 +1167,7 @@ MUTATIONS = {
         'int(maker) == owner)',
         'tests/test_sharing.py::test_collecting_a_copy_on_an_owners_shelf_never_empties_another_users_directory'),
     'old-identity-never-gets-its-owner': (
-        'weightkeeper/fsops.py', '            return d, made if made == LEGACY or "@" in made else d.identity()',
+        'weightkeeper/fsops.py', '            return d, d.identity() if upgrade else made',
         '            return d, made',
         'tests/test_attacks.py::test_a_directory_made_again_at_its_inode_by_another_user_is_never_weightkeepers'),
     'walk-keeps-every-level-open': (
@@ -1178,6 +1178,10 @@ MUTATIONS = {
         'weightkeeper/anchored.py', '    if (st.st_dev, st.st_ino) != last.id:',
         '    if False:',
         'tests/test_attacks.py::test_walk_holds_a_bounded_number_of_descriptors_however_wide_or_deep_the_tree'),
+    'create-repeat-starts-a-run-again': (
+        'weightkeeper/api.py', '        if model.created_at < received:',
+        '        if False:',
+        'tests/test_tenancy.py::test_a_create_repeated_with_its_key_answers_with_its_model_and_no_other_does'),
 }
 
 

@@ -259,6 +259,7 @@ def test_a_create_repeated_with_its_key_answers_with_its_model_and_no_other_does
     again = api.create("idem", "hf://acme/idem", headers=key, **body)
     assert again.status_code == 201, again.text
     assert {k: v for k, v in again.json().items() if k != "run"} == {k: v for k, v in first.json().items() if k != "run"}
+    assert again.json()["run"] == {"flowRunId": None, "message": "a repeat of the request that declared the model"}
     assert len(api.registry.list_models()) == 1
     for user, headers, changed in (("alice", {"Idempotency-Key": "another"}, body),
                                    ("alice", {}, body),

@@ -495,7 +495,11 @@ def _reopen_last(levels: list[_Level]) -> None:
     """Open the last of `levels` again by name from the nearest open one: the very directory it was."""
     top = max(i for i, level in enumerate(levels) if level.dir is not None)
     last = levels[-1]
-    again = levels[top].dir.descend("/".join(level.name for level in levels[top + 1:]))
+    try:
+        again = levels[top].dir.descend("/".join(level.name for level in levels[top + 1:]))
+    except OSError:  # moved away meanwhile
+        raise UnsafePathError(f"{last.where} was moved while weightkeeper read the tree it is in; read it again") \
+            from None
     st = os.fstat(again.fd)
     if (st.st_dev, st.st_ino) != last.id:
         again.close()

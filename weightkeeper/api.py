@@ -32,6 +32,7 @@ from weightkeeper.layout import MODEL_NAME
 from weightkeeper.metrics import metrics_registry
 from weightkeeper.phase import Phase
 from weightkeeper.registry import Model, Registry
+from weightkeeper.registry.common import utcnow
 from weightkeeper.registry.listing import DEFAULT_LIMIT, MAX_LIMIT, ListQuery, Sort
 from weightkeeper.runs import NoDeployment, start_deployment
 from weightkeeper.service import declare_model, registry_for
@@ -234,12 +235,15 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         resolved now to know it: 503 if its source cannot be asked)."""
         if reason := refusal(caller, body.source, body.tokenBlock):
             raise HTTPException(403, reason)
+        received = utcnow()
         model = declare_model(settings, registry, name=body.name, source=body.source, owner_name=caller.name,
                               owner_uid=caller.uid, workspaces=body.workspaces, subpath=body.subpath,
                               token_block=body.tokenBlock, download_policy=body.downloadPolicy,
                               keep_files=body.keepFiles, include=body.include, exclude=body.exclude,
                               track=body.track, names_others=caller.admin,
                               request_key=key and request_key(caller, key, body))
+        if model.created_at < received:  # this request repeated: its model as it is now, no run started again
+            return {**view(model, caller), "run": _run(None, "a repeat of the request that declared the model")}
         return {**view(model, caller), "run": start(ENSURE_FLOW, model, caller, key)}
 
     @app.get("/api/v1/models", responses={422: {"model": Problem}})

@@ -529,7 +529,7 @@ def _fetch(target: Dir, remotes: Sequence[RemoteFile], transfer: Transfer, on_by
                 if not file.resumed:
                     raise DownloadError(f"{file.remote.path} of {what} arrived corrupted (checksum or size mismatch); "
                                         "the partial file was dropped and the file will be fetched again")
-                _fetch(target, [file.remote], transfer, count, what, deadline=deadline, pace=pace)  # again, from 0
+                _fetch(target, [file.remote], transfer, count, what, deadline=watchdog.deadline, pace=pace)  # again
         except BaseException as e:
             fail(e)
             with lock:

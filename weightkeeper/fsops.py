@@ -94,7 +94,8 @@ def own_directory(parent: Dir, name: str, path: str, made: str | None,
     if st is not None:
         d = parent.descend(name)
         if made_here(d, made):
-            return d, made if made == LEGACY or "@" in made else d.identity()
+            upgrade = made != LEGACY and "@" not in made and d.mine(os.fstat(d.fd).st_uid)  # never a user's own
+            return d, d.identity() if upgrade else made
         entries = sorted(d.entries())
         d.close()
         if entries:

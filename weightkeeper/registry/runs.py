@@ -85,10 +85,12 @@ class RunOps:
             if row is not None and row.holder == reservation(key).run:
                 row.holder = reservation(run_id).run
 
-    def release_run(self, name: str, holder: Holder) -> None:
+    def release_run(self, name: str, holder: Holder, abandoned_only: bool = False) -> None:
+        """Let `holder`'s run lease on the model go (`abandoned_only`: only while it still is, not renewed since)."""
         with self._tx() as s:
             model = s.scalars(select(ModelRow).where(ModelRow.name == name).with_for_update()).first()
-            if model is not None:
+            lease = model and self._lease_row(s, Kind.RUN, model.id)
+            if lease is not None and not (abandoned_only and not abandoned(as_lease(lease), utcnow(), this_host())):
                 self._drop(s, Kind.RUN, model.id, holder)
 
     def run_leases(self) -> dict[str, RunLease]:

@@ -132,7 +132,7 @@ class ArtifactRow(Base):
     checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     unreachable_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # a model switched away from it
-    made: Mapped[str | None] = mapped_column(String(64))  # its directory's dev:inode once made here ("legacy": before)
+    made: Mapped[str | None] = mapped_column(String(64))  # its directory's uid@dev:inode ("legacy": made before)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 

@@ -71,7 +71,7 @@ class LocalPath:
     retired: bool
     adopted: bool
     failover_attempts: int = 0
-    made: str | None = None  # what weightkeeper made at the path: `fsops.LINK`, a directory's dev:inode, ...
+    made: str | None = None  # what weightkeeper made at the path: `fsops.LINK`, a directory's uid@dev:inode, ...
 
     def to_json(self, shared: dict | None = None) -> dict:
         out = {"workspace": self.workspace, "cluster": self.cluster, "path": self.path, "status": self.status,
@@ -573,11 +573,12 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
                     p.status, p.message, p.updated_at = PENDING, "retry requested", row.updated_at
             return _view(row)
 
-    def set_message(self, name: str, message: str, live: bool = False) -> bool:
-        """Set the model's message; with `live`, only while it is not being deleted (False: nothing written)."""
+    def set_message(self, name: str, message: str, live: bool = False, replacing: str | None = None) -> bool:
+        """Set the model's message; with `live`, only while it is not being deleted, and with `replacing`, only over
+        a message that begins so (False: nothing written)."""
         with self._tx() as s:
             row = self._model(s, name)
-            if live and row.phase == DELETING:
+            if live and row.phase == DELETING or replacing is not None and not row.message.startswith(replacing):
                 return False
             row.message, row.updated_at = scrub_message(message), utcnow()
             return True
