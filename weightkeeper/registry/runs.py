@@ -90,7 +90,7 @@ class RunOps:
         with self._tx() as s:
             model = s.scalars(select(ModelRow).where(ModelRow.name == name).with_for_update()).first()
             lease = model and self._lease_row(s, Kind.RUN, model.id)
-            if lease is not None and not (abandoned_only and not abandoned(as_lease(lease), utcnow(), this_host())):
+            if lease is not None and (not abandoned_only or abandoned(as_lease(lease), utcnow(), this_host())):
                 self._drop(s, Kind.RUN, model.id, holder)
 
     def run_leases(self) -> dict[str, RunLease]:
