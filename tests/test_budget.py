@@ -206,6 +206,9 @@ def test_a_host_whose_clock_is_off_neither_resets_the_budget_nor_blocks_it_for_o
 
 # -- models created at once against a rate-limiting Hub ------------------------------------------------------------
 
+HUB_WINDOW_SLACK = 1.0  # seconds a request may take from its grant to the Hub test server's count, beyond the margin
+
+
 def declare_many(wk, hub, prefix: str, count: int) -> list[str]:
     names = [f"{prefix}-{i}" for i in range(count)]
     for name in names:
@@ -255,10 +258,13 @@ def test_fifty_models_at_once_within_the_hubs_limit_get_no_429(wk, hub, rate_lim
     wk.rewrite(hf_endpoint=hub.url, hub_api_requests_per_5min=10, hub_resolve_requests_per_5min=40,
                hub_budget_window_seconds=2.0)
     names = declare_many(wk, hub, "burst", 50)
-    rate_limited("api", 10, 2.0)
-    rate_limited("resolvers", 40, 2.0)
+    # The Hub's windows are shorter than the budget's by HUB_WINDOW_SLACK: the budget counts a request when it
+    # grants it, the Hub when it arrives, and 50 flows in one process on a loaded machine may take over a second
+    # between the two (more than the budget's MARGIN_SECONDS, which a 5-minute window amply covers).
+    rate_limited("api", 10, 2.0 - HUB_WINDOW_SLACK)
+    rate_limited("resolvers", 40, 2.0 - HUB_WINDOW_SLACK)
     ensure_all(wk, names)
-    assert hub.throttled_count() == 0
+    assert hub.throttled_count() == 0, (hub.throttled_count("api"), hub.throttled_count("resolvers"))
     counts = wk.registry.hub_request_counts()
     assert counts == {"api": (50, 0), "resolve": (400, 0)}  # one model_info; a HEAD and a GET of each of 4 files
     assert hub_requests(hub) == (50, 400)
@@ -268,7 +274,7 @@ def test_a_model_waiting_for_the_budget_says_so_on_the_model_then_on_its_path(wk
     wk.rewrite(hf_endpoint=hub.url, hub_api_requests_per_5min=1, hub_resolve_requests_per_5min=3,
                hub_budget_window_seconds=2.0)
     names = declare_many(wk, hub, "patient", 1)
-    rate_limited("resolvers", 3, 2.0)
+    rate_limited("resolvers", 3, 2.0 - HUB_WINDOW_SLACK)
     registry, deadline = wk.registry, time.monotonic() + 120
 
     def another_worker() -> None:
