@@ -73,7 +73,7 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
                 f"model {name!r} is being deleted"
             raise DownloadCancelled(f"{why}; staging to {uri} stopped")
 
-    deadline = time.monotonic() + settings.download_timeout_seconds
+    deadline = float("inf")  # set once a download slot is held: waiting for one is no download time
 
     def fetch_one(remote: RemoteFile) -> tuple[BinaryIO, Callable[[], None]]:
         """The file, fetched and verified into this host's scratch space, open; and how to remove it."""
@@ -98,6 +98,7 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
             transfer = hub_transfer(HfSource(model.repo_id, snapshot.commit), snapshot.commit, settings.hf_endpoint,
                                     load_token(model.token_block), settings.hub_redirect_hosts, budget)
             with download_slot(settings, say_slot_wait(beat, f" to stage to {uri}")):
+                deadline = time.monotonic() + settings.download_timeout_seconds
                 uploaded, skipped = stage_snapshot(s3_client(settings), uri, snapshot, fetch_one, beat)
             if skipped:  # another model staged them: its token proved nothing for this one
                 check_access(settings, registry, model.source, model.token_block, snapshot)

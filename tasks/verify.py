@@ -17,10 +17,10 @@ from prefect.runtime import flow_run
 from weightkeeper.tasks.download import reuse_into
 from weightkeeper.tasks.report import model_phase
 from weightkeeper.config import Settings
-from weightkeeper.download import RemoteFile, Snapshot, in_place
+from weightkeeper.download import RemoteFile, Snapshot, in_place, present_bytes
 from weightkeeper.anchored import Dir, PathOpener, open_parent, open_path
-from weightkeeper.errors import (DownloadCancelled, DownloadError, LinkInTheWayError, NotFoundError, NotOursError,
-                                 UnsafePathError)
+from weightkeeper.errors import (DeadlineExceeded, DownloadCancelled, DownloadError, LinkInTheWayError, NotFoundError,
+                                 NotOursError, UnsafePathError)
 from weightkeeper.fsops import LEGACY, directory_size, made_here, own_copy, own_directory, path_size, shelf_problem
 from weightkeeper.hubbudget import budget_message, hub_budget
 from weightkeeper.layout import artifact_path, copy_name, link_target
@@ -34,7 +34,8 @@ from weightkeeper.runtime import download_slot, say_slot_wait
 from weightkeeper.context import current
 from weightkeeper.sharing import discard, mark_ready, unmark_ready
 from weightkeeper.sources import fetch_model_files
-from weightkeeper.space import check_free_space
+from weightkeeper.planning import bytes_to_fetch, space_problem
+from weightkeeper.space import free_space
 from weightkeeper.verify import Listed, Problem, check_sizes, hash_due, verify_copy
 
 
@@ -116,6 +117,20 @@ def _check(d: Dir | None, files: tuple[RemoteFile, ...], deep: bool, settings: S
     return verify_copy(d, files, deep=deep, workers=settings.verify_workers)
 
 
+class Waits(DownloadError):
+    """A repair the volume or the clock stops for now (no room, its download time over): no fault of the copy nor
+    of where its files come from, but every user's concern; the next pass tries again."""
+
+
+def _check_room(root: Dir, files: tuple[RemoteFile, ...], margin: int) -> None:
+    """`space.check_free_space` for a copy under repair, naming no model (a shared copy has many)."""
+    mount, free = free_space(root)
+    needed = bytes_to_fetch((f.size, present_bytes(root, f)) for f in files)
+    if problem := space_problem(needed, free, margin, mount):
+        raise Waits(f"no space to fetch its files again: it {problem}; free space on the volume (or lower "
+                    "free_space_margin_bytes)")
+
+
 Beat = Callable[..., None]  # beat(done=None, message=None, force=False), as `tasks.download.Reporter.beat`
 
 
@@ -143,14 +158,24 @@ def _refetch(settings: Settings, registry: Registry, snapshot: Snapshot, root: D
     if missing and reuse_into(settings, registry, model, snapshot, root, missing, workspace, cluster) and all(
             in_place(root, f) for f in snapshot.files):
         return
-    check_free_space(model.name, root, snapshot.files, settings.free_space_margin_bytes)
+    _check_room(root, snapshot.files, settings.free_space_margin_bytes)
     repairing = f"repairing {root}"
     budget = hub_budget(settings, registry, lambda seconds: beat(
         message=repairing if seconds is None else budget_message(seconds), force=True))
     with download_slot(settings, say_slot_wait(beat)):
         beat(message=repairing, force=True)
+        _fetch_again(settings, model, snapshot, root, beat, budget)
+
+
+def _fetch_again(settings: Settings, model: Model, snapshot: Snapshot, root: Dir, beat: Beat, budget) -> None:
+    """Fetch the files not in place from where `model` gets them, within the download deadline (past it: `Waits`)."""
+    try:
         fetch_model_files(settings, model.source, model.staging_uri, model.token_block, snapshot, root, beat,
                           time.monotonic() + settings.download_timeout_seconds, budget)
+    except DeadlineExceeded:
+        raise Waits(f"fetching its files again took longer than download_timeout_seconds = "
+                    f"{settings.download_timeout_seconds}; the partial files are kept (raise it for a slow source)") \
+            from None
 
 
 def _refetch_hashed(settings: Settings, registry: Registry, snapshot: Snapshot, root: Dir, model: Model,
@@ -224,6 +249,12 @@ def _repair_shared_copy(settings, registry: Registry, artifact, files, problems,
     except DownloadCancelled as e:
         logger.warning("repair of %s stopped: %s", artifact.path, e)
         return "taken over"
+    except Waits as e:  # the copy stays under repair, every user told why
+        waits = f"{message}; it waits: {e}; the next pass tries again"
+        registry.set_artifact(artifact.id, holder, A_REPAIRING, waits, release=True)
+        registry.set_users(artifact.id, FAILED, waits)
+        logger.warning("repair of %s postponed: %s", artifact.path, e)
+        return "postponed"
     except (DownloadError, UnsafePathError) as e:
         since = artifact.unreachable_since or utcnow()
         down_for = (utcnow() - since).total_seconds()
@@ -269,8 +300,10 @@ def verify_model_path(name: str, path_id: int) -> str:
     if not problems:
         if not deep:
             return "checked"
-        if entry.status != READY and not _restore_path(settings, registry, name, path_id, None, entry.path,
-                                                       entry.made, "verified complete"):
+        if entry.status != READY and not (restored := _restore_path(settings, registry, name, path_id, None,
+                                                                    entry.path, entry.made, "verified complete")):
+            if restored is None:
+                return "failed"
             return "busy"  # complete and correct after all, but another run works on the path now
         registry.set_path_verified(name, path_id, READY)
         return "verified"
@@ -312,23 +345,39 @@ def _repair_model_path(settings: Settings, registry: Registry, model, entry, fil
         registry.repair_failed(name, path_id, holder, f"{message}; still damaged: {remaining[0]}; repaired on the "
                                                       "next pass")
         return "postponed"
-    if not _restore_path(settings, registry, name, path_id, holder, entry.path, made, "repaired"):
-        return "cancelled"
+    if not (restored := _restore_path(settings, registry, name, path_id, holder, entry.path, made, "repaired")):
+        return "failed" if restored is None else "cancelled"
     registry.set_path_verified(name, path_id, READY)
     return "repaired"
 
 
 def _restore_path(settings: Settings, registry: Registry, name: str, path_id: int, holder: Holder | None, path: str,
-                  made: str | None, how: str) -> bool:
+                  made: str | None, how: str) -> bool | None:
     """Mark an own copy (`made` there) Ready with its size, and the model once `derive_phase` says it is Ready;
-    False when `holder` no longer holds the path (nothing is marked)."""
-    size = path_size(path, settings.volume_rules, made)
+    False when `holder` no longer holds the path (nothing is marked); None when what stands at the path now cannot
+    be measured (swapped, gone, unreadable: nothing is followed, the path is failed saying why)."""
+    try:
+        size = path_size(path, settings.volume_rules, made)
+    except (OSError, UnsafePathError, NotOursError) as e:
+        _unmeasured(registry, name, path_id, holder, f"{path} was {how}, then could not be measured: {_why(e, path)}")
+        return None
     if not registry.path_downloaded(name, path_id, holder, size, f"{size} bytes ({how})"):
         return False
     phase, message = model_phase(settings, registry.get_model(name))
     if phase == READY:
         registry.set_phase(name, READY, f"restored: {path} {how}; {message}")
     return True
+
+
+def _why(e: Exception, path: str) -> str:
+    return f"{e.filename or path}: {e.strerror}" if isinstance(e, OSError) and e.strerror else str(e)
+
+
+def _unmeasured(registry: Registry, name: str, path_id: int, holder: Holder | None, what: str) -> None:
+    """Fail a path whose copy cannot be measured (left to the passes, as a failed repair is), saying what next."""
+    registry.repair_failed(name, path_id, holder, f"{what}; nothing was followed: move away what stands there, "
+                                                  "and the next pass checks it again")
+    get_run_logger().error("%s: %s", name, what)
 
 
 def _switch_targets(settings: Settings, link: LinkedPath) -> set[str]:

@@ -1,12 +1,14 @@
 """The Kubernetes API faked at the HTTP boundary: no API server can run on these machines, so the real
 `kubernetes` client talks, through a kubeconfig, to this loopback server. It answers pod lists by
 label selector from `pods`, accepts Jobs (kept in `jobs`, as a worker submitted them) and records each
-request; nothing else of the API exists."""
+request; nothing else of the API exists. `misbehave` makes it answer pod lists as a broken or hostile server
+would: "drip" (a byte at a time, forever), "flood" (bytes without end), "not-a-list" (JSON, but no pods)."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -28,9 +30,16 @@ class _Handler(BaseHTTPRequestHandler):
             if len(parts) != 5 or parts[:3] != ["api", "v1", "namespaces"] or parts[4] != "pods":
                 self._reply(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404})
                 return
+            misbehave = fake.misbehave
             key, _, value = selector.partition("=")
             items = [{"metadata": {"name": pod, "namespace": parts[3], "labels": {key: value}},
                       "status": {"phase": phase}} for pod, phase in fake.pods.get((parts[3], value), [])]
+        if misbehave in ("drip", "flood"):
+            self._endless(misbehave == "drip")
+            return
+        if misbehave == "not-a-list":
+            self._reply(200, {"kind": "PodList", "apiVersion": "v1", "items": {"evil": {}}})
+            return
         self._reply(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"},
                           "items": items})
 
@@ -47,6 +56,20 @@ class _Handler(BaseHTTPRequestHandler):
             name = body["metadata"].get("name") or f"{body['metadata'].get('generateName', 'job-')}{len(fake.jobs)}"
         self._reply(201, {**body, "metadata": {**body["metadata"], "name": name, "namespace": parts[4],
                                                "uid": f"uid-{len(fake.jobs)}"}})
+
+    def _endless(self, drip: bool) -> None:
+        """A 200 pod list whose body never ends: a byte every 0.1 s, or 64 KiB as fast as it is read."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        try:
+            self.wfile.write(b'{"kind": "PodList", "items": [')
+            while not self.server.fake.stopped.is_set():
+                self.wfile.write(b" " if drip else b" " * 65536)
+                self.wfile.flush()
+                time.sleep(0.1 if drip else 0)
+        except OSError:
+            pass
 
     def _reply(self, status: int, body: dict) -> None:
         data = json.dumps(body).encode()
@@ -71,6 +94,8 @@ class FakeKubernetes:
         self.pods: dict[tuple[str, str], list[tuple[str, str]]] = {}
         self.requests: list[tuple[str, str]] = []
         self.jobs: list[tuple[str, dict]] = []
+        self.misbehave: str | None = None
+        self.stopped = threading.Event()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.fake = self
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
@@ -88,5 +113,6 @@ class FakeKubernetes:
         return path
 
     def stop(self) -> None:
+        self.stopped.set()
         self._server.shutdown()
         self._server.server_close()

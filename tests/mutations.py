@@ -691,10 +691,10 @@ MUTATIONS = {
         '    if False and {"", ".", ".."} & set(',
         "tests/test_s3.py::test_a_listing_that_names_others_objects_never_gets_them_deleted"),
     "s3-listing-led-on": (
-        "weightkeeper/s3.py", "            if empty >= EMPTY_PAGES:", "            if False:",
+        "weightkeeper/s3.py", "        if empty >= EMPTY_PAGES:", "        if False:",
         "tests/test_s3.py::test_a_listing_that_never_ends_or_is_out_of_order_is_refused"),
     "s3-listing-page-unbounded": (
-        "weightkeeper/s3.py", "            if len(contents) > LIST_PAGE:", "            if False:",
+        "weightkeeper/s3.py", "        if len(contents) > LIST_PAGE:", "        if False:",
         "tests/test_s3.py::test_a_listing_that_never_ends_or_is_out_of_order_is_refused"),
     "s3-listing-order-unchecked": (
         "weightkeeper/s3.py", "    if previous is not None and key <= previous:", "    if False:",
@@ -989,7 +989,8 @@ MUTATIONS = {
     "uid-unbounded": ("weightkeeper/config.py", "Field(ge=0, lt=2**32 - 1)", "Field(ge=0)", "tests/test_config.py::test_a_wrong_type_is_one_line_naming_the_key_and_the_file"),
     "download-slots-unbounded": ("weightkeeper/config.py", "        if limit > MAX_DOWNLOAD_SLOTS:", "        if False:",
                                  "tests/test_config.py::test_a_wrong_type_is_one_line_naming_the_key_and_the_file"),
-    "registry-url-traceback": ("weightkeeper/registry/store.py", "    except ArgumentError as e:\n        raise ConfigError(",
+    "registry-url-traceback": ("weightkeeper/registry/store.py",
+                               "    except (ArgumentError, ValueError) as e:\n        raise ConfigError(",
                                "    except ZeroDivisionError as e:\n        raise ConfigError(", "tests/test_cli.py::test_bad_input_gets_one_line_errors"),
     "registry-unreachable-traceback": ("weightkeeper/registry/store.py", "    except OperationalError as e:\n        why",
                                        "    except ZeroDivisionError as e:\n        why", "tests/test_cli.py::test_bad_input_gets_one_line_errors"),
@@ -1107,7 +1108,7 @@ MUTATIONS = {
         '            p.updated_at = utcnow()',
         'tests/test_reconcile.py::test_a_repair_fetches_only_what_fits_from_the_hub_budget_and_a_failed_repair_is_repaired_next_pass'),
     'repair-free-space': (
-        'tasks/verify.py', '    check_free_space(model.name, root, snapshot.files, settings.free_space_margin_bytes)\n',
+        'tasks/verify.py', '    _check_room(root, snapshot.files, settings.free_space_margin_bytes)\n',
         '',
         'tests/test_reconcile.py::test_a_repair_fetches_only_what_fits_from_the_hub_budget_and_a_failed_repair_is_repaired_next_pass'),
     'repair-hub-budget': (
@@ -1182,6 +1183,141 @@ MUTATIONS = {
         'weightkeeper/api.py', '        if model.created_at < received:',
         '        if False:',
         'tests/test_tenancy.py::test_a_create_repeated_with_its_key_answers_with_its_model_and_no_other_does'),
+    "shared-repair-restores-only-what-it-failed": (
+        "weightkeeper/registry/artifacts.py", "if model.phase == DELETING or not (p.status == READY or by_repair(p)):",
+        "if model.phase == DELETING:", "tests/test_repair.py::test_a_repaired_shared_copy_never_makes_ready_a_path_whose_link_was_replaced"),
+    "shared-repair-marks-what-it-failed": (
+        "weightkeeper/registry/artifacts.py", "                p.updated_at = p.checked_at = utcnow()  # Failed so: `by_repair`",
+        "                p.updated_at = utcnow()", "tests/test_repair.py::test_a_repaired_shared_copy_never_makes_ready_a_path_whose_link_was_replaced"),
+    "shared-repair-short-of-space-or-time-fails-the-copy": (
+        "tasks/verify.py", "    except Waits as e:  # the copy stays under repair, every user told why",
+        "    except DownloadCancelled as e:  # the copy stays under repair, every user told why", "tests/test_repair.py::test_a_repair_short_of_space_or_time_waits_and_says_why_to_every_user"),
+    "repair-no-space-not-told-apart": (
+        "tasks/verify.py", "        raise Waits(f\"no space to fetch its files again",
+        "        raise DownloadError(f\"no space to fetch its files again", "tests/test_repair.py::test_a_repair_short_of_space_or_time_waits_and_says_why_to_every_user[space]"),
+    "repair-deadline-not-told-apart": (
+        "tasks/verify.py", "        raise Waits(f\"fetching its files again took",
+        "        raise DownloadError(f\"fetching its files again took", "tests/test_repair.py::test_a_repair_short_of_space_or_time_waits_and_says_why_to_every_user[deadline]"),
+    "restored-path-unmeasured-escapes": (
+        "tasks/verify.py", "    except (OSError, UnsafePathError, NotOursError) as e:\n        _unmeasured(",
+        "    except NotFoundError as e:\n        _unmeasured(", "tests/test_repair.py::test_a_link_swapped_in_after_a_repair_fails_the_path_not_the_task"),
+    "cleanup-renamed-workspace-refused": (
+        "tasks/cleanup.py", "    if ws := next((w for w in same if w.kubernetes is None\n",
+        "    if ws := next((w for w in same if False\n", "tests/test_repair.py::test_a_workspace_renamed_in_the_config_on_the_same_volume_is_cleaned"),
+    "cleanup-renamed-workspace-any-pool": (
+        "tasks/cleanup.py", "                   and settings.pool_for(w.name) == settings.pool_for(entry.workspace)), None):",
+        "                   ), None):", "tests/test_repair.py::test_a_workspace_renamed_onto_another_pool_keeps_the_files_and_says_what_to_do"),
+    "pod-list-read-deadline": (
+        "weightkeeper/pods.py", " or time.monotonic() > deadline:",
+        ":", "tests/test_kube.py::test_the_pod_check_gives_up_on_an_api_server_that_drips_floods_or_lies[drip]"),
+    "pod-list-shape-checked": (
+        "weightkeeper/pods.py", "    if not isinstance(items, list) or not all(",
+        "    if False and not all(", "tests/test_kube.py::test_the_pod_check_gives_up_on_an_api_server_that_drips_floods_or_lies[not-a-list]"),
+    "pods-found-by-model-label": (
+        "weightkeeper/pods.py", " + ([f\"{MODEL_LABEL}={model}\"] if model else [])",
+        "", "tests/test_kube.py::test_a_pod_of_a_run_prefect_no_longer_knows_still_counts"),
+    "delete-pods-by-model-label": (
+        "tasks/cleanup.py", "pods += live_pods(ws.kubernetes, runs, model=model.name)",
+        "pods += live_pods(ws.kubernetes, runs)", "tests/test_kube.py::test_delete_waits_for_a_pod_of_the_model_whose_run_prefect_no_longer_knows"),
+    "serve-ignores-later-signals": (
+        "weightkeeper/serve.py", "signal.signal(sig, signal.SIG_IGN)",
+        "signal.getsignal(sig)", "tests/test_serve.py::test_repeated_sigterms_still_stop_every_worker_before_serve_exits"),
+    "serve-exits-when-a-worker-dies": (
+        "weightkeeper/serve.py", "                server.should_exit = True",
+        "                pass", "tests/test_serve.py::test_serve_exits_with_an_error_when_a_worker_dies_under_the_api"),
+    "start-workers-stops-started-on-interrupt": (
+        "weightkeeper/serve.py", "        stop_workers(workers)\n        raise",
+        "        raise", "tests/test_serve.py::test_workers_already_started_are_stopped_when_serve_is_interrupted_starting_the_next"),
+    "s3-headers-in-time": (
+        "weightkeeper/s3.py", "session._pool_classes_by_scheme.update(http=_HTTPPool, https=_HTTPSPool)",
+        "session._pool_classes_by_scheme.update()", "tests/test_s3_attacks.py::test_a_listing_that_drips_or_never_ends_is_cut[headers-drip]"),
+    "s3-answer-seconds": (
+        "weightkeeper/s3.py", "timer = threading.Timer(ANSWER_SECONDS, cut)",
+        "timer = threading.Timer(ANSWER_SECONDS * 1000, cut)", "tests/test_s3_attacks.py::test_a_listing_that_drips_or_never_ends_is_cut[body-drips]"),
+    "s3-answer-bytes": (
+        "weightkeeper/s3.py", "if (total := total + len(chunk)) > ANSWER_BYTES:",
+        "if (total := total + len(chunk)) > ANSWER_BYTES * 1000:", "tests/test_s3_attacks.py::test_a_listing_that_drips_or_never_ends_is_cut[page-without-end]"),
+    "s3-error-body-bounded": (
+        "weightkeeper/s3.py", "if not streamed or response.status_code >= 300:",
+        "if not streamed:", "tests/test_s3_attacks.py::test_an_object_whose_answer_drips_or_never_ends_is_cut[error-without-end]"),
+    "s3-list-deadline": (
+        "weightkeeper/s3.py", "        if time.monotonic() > deadline:\n",
+        "        if False:\n", "tests/test_s3_attacks.py::test_a_listing_that_goes_on_slowly_is_cut_at_its_deadline"),
+    "s3-malformed-answers": (
+        "weightkeeper/s3.py", "except (BotoCoreError, ClientError, *MALFORMED) as e:",
+        "except (BotoCoreError, ClientError) as e:", "tests/test_s3_attacks.py::test_a_listing_out_of_shape_is_refused_in_one_line[no-key]"),
+    "s3-listed-size": (
+        "weightkeeper/s3.py", "RemoteFile(name, o.get(\"Size\"), \"\", md5=plain.group(1))",
+        "RemoteFile(name, o[\"Size\"], \"\", md5=plain.group(1))", "tests/test_s3_attacks.py::test_a_listing_out_of_shape_is_refused_in_one_line[no-size]"),
+    "name-length": (
+        "weightkeeper/download.py", "any(len(s) > NAME_CHARS for s in p.split(\"/\"))",
+        "any(len(s) > 255 for s in p.split(\"/\"))", "tests/test_s3_attacks.py::test_names_a_volume_cannot_all_hold_are_refused[name-too-long] tests/test_hub_answers.py::test_names_that_cannot_all_be_written_are_refused"),
+    "name-case-twins": (
+        "weightkeeper/download.py", "folded.setdefault(path.casefold(), path)",
+        "folded.setdefault(path, path)", "tests/test_s3_attacks.py::test_names_a_volume_cannot_all_hold_are_refused[case-twins] tests/test_hub_answers.py::test_names_that_cannot_all_be_written_are_refused"),
+    "name-case-file-and-folder": (
+        "weightkeeper/download.py", "    if problem := _collision(list(folded)):",
+        "    if problem := None:", "tests/test_s3_attacks.py::test_names_a_volume_cannot_all_hold_are_refused[case-file-and-folder] tests/test_hub_answers.py::test_names_that_cannot_all_be_written_are_refused"),
+    "s3-error-redacts-credentials": (
+        "weightkeeper/s3.py", "response._content = response._content.replace(secret, b\"...\")",
+        "response._content = response._content.replace(secret, secret)", "tests/test_s3_attacks.py::test_an_error_that_repeats_the_credentials_never_shows_them"),
+    "s3-error-one-line": (
+        "weightkeeper/s3.py", "line = \" \".join(str(text or \"\").split())",
+        "line = str(text or \"\")", "tests/test_s3_attacks.py::test_an_error_that_repeats_the_credentials_never_shows_them"),
+    "s3-staged-without-size": (
+        "weightkeeper/s3.py", "return head.get(\"ContentLength\") == remote.size",
+        "return head[\"ContentLength\"] == remote.size", "tests/test_s3_attacks.py::test_a_staged_object_answered_without_a_size_is_staged_again"),
+    "stage-deadline-after-slot": (
+        "tasks/stage.py", "            with download_slot(settings, say_slot_wait(beat, f\" to stage to {uri}\")):\n                deadline = time.monotonic() + settings.download_timeout_seconds\n",
+        "            deadline = time.monotonic() + settings.download_timeout_seconds\n            with download_slot(settings, say_slot_wait(beat, f\" to stage to {uri}\")):\n", "tests/test_s3.py::test_waiting_for_a_download_slot_does_not_count_against_the_staging_timeout"),
+    "s3-source-object-changed": (
+        "weightkeeper/s3.py", "            if _changed(response, remote):\n",
+        "            if False:\n", "tests/test_s3_attacks.py::test_a_source_object_replaced_after_listing_fails_at_once_saying_so[same-size]"),
+    "cli-broken-pipe-quiet": (
+        "weightkeeper/cli.py", "    except BrokenPipeError:",
+        "    except ZeroDivisionError:", "tests/test_cli.py::test_a_reader_that_leaves_stops_the_listing_quietly"),
+    "cli-no-markup": (
+        "weightkeeper/cli.py", "console = Console(markup=False, emoji=False)",
+        "console = Console()", "tests/test_cli.py::test_messages_and_paths_are_printed_as_they_are_never_as_markup"),
+    "cli-redact-error-urls": (
+        "weightkeeper/cli.py", "f\"error: {redact_urls(message)}\"",
+        "f\"error: {message}\"", "tests/test_cli.py::test_failures_outside_the_registry_get_one_line_without_credentials"),
+    "cli-log-unwritable": (
+        "weightkeeper/cli.py", "    except OSError as e:\n        raise WeightkeeperError(f\"{flow} not started",
+        "    except ValueError as e:\n        raise WeightkeeperError(f\"{flow} not started", "tests/test_cli.py::test_failures_outside_the_registry_get_one_line_without_credentials"),
+    "cli-quiet-prefect-setup": (
+        "weightkeeper/cli.py", "    ensure_logging_setup()  # else",
+        "    pass  # else", "tests/test_cli.py::test_the_terminal_shows_a_runs_log_lines_but_no_traceback"),
+    "cli-quiet-no-tracebacks": (
+        "weightkeeper/cli.py", "    return not record.exc_info",
+        "    return True", "tests/test_cli.py::test_the_terminal_shows_a_runs_log_lines_but_no_traceback"),
+    "cli-registry-error-line": (
+        "weightkeeper/cli.py", "    except DBAPIError as e:",
+        "    except ZeroDivisionError as e:", "tests/test_cli.py::test_a_registry_failing_mid_command_gets_one_line"),
+    "cli-interrupt-delete": (
+        "weightkeeper/cli.py", "    if args.action == \"delete\":",
+        "    if args.action == \"remove\":", "tests/test_cli.py::test_an_interrupt_says_what_resumes_it"),
+    "cli-wait-outcome-one-line": (
+        "weightkeeper/cli.py", "err_console.print(f\"model {name} is {model.phase}: {model.message}\", soft_wrap=True)",
+        "err_console.print(f\"model {name} is {model.phase}: {model.message}\")", "tests/test_cli.py::test_a_failed_wait_ends_with_the_models_message"),
+    "cli-phase-choices": (
+        "weightkeeper/cli.py", "choices=[phase.value for phase in Phase]",
+        "choices=list(Phase)", "tests/test_cli.py::test_a_bad_phase_names_the_phases_as_typed"),
+    "metrics-prefect-read-bounded": (
+        "weightkeeper/metrics.py", "        return read.result(timeout=PREFECT_READ_SECONDS)",
+        "        return read.result()", "tests/test_metrics.py::test_a_prefect_that_hangs_costs_a_scrape_its_slot_gauges_only"),
+    "metrics-one-prefect-read": (
+        "weightkeeper/metrics.py", "            if self._read is None or self._read.done():",
+        "            if True:", "tests/test_metrics.py::test_a_prefect_that_hangs_costs_a_scrape_its_slot_gauges_only"),
+    "config-digest-secret-shown": (
+        "weightkeeper/config.py", "\"64 hex digits\", secret=True)]",
+        "\"64 hex digits\")]", "tests/test_config.py::test_a_token_pasted_where_its_digest_goes_is_never_shown"),
+    "registry-url-query-shown": (
+        "weightkeeper/registry/store.py", "return parsed.set(query={}).render_as_string(hide_password=True)",
+        "return parsed.render_as_string(hide_password=True)", "tests/test_cli.py::test_bad_input_gets_one_line_errors"),
+    "registry-url-driver-traceback": (
+        "weightkeeper/registry/store.py", "    except ImportError as e:\n        raise ConfigError(",
+        "    except ZeroDivisionError as e:\n        raise ConfigError(", "tests/test_cli.py::test_bad_input_gets_one_line_errors"),
 }
 
 

@@ -6,14 +6,15 @@ import json
 import os
 import subprocess
 import sys
+from argparse import Namespace
 from pathlib import Path
 
 from conftest import expected_size, tiny_files
 from test_lifecycle import wait_until
 
 
-def cli(wk, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = dict(os.environ, WEIGHTKEEPER_CONFIG=str(wk.config), COLUMNS="200")
+def cli(wk, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WEIGHTKEEPER_CONFIG": str(wk.config), "COLUMNS": "200", **env}
     proc = subprocess.run([sys.executable, "-m", "weightkeeper.cli", *args], env=env, capture_output=True,
                           text=True, timeout=300)
     if check:
@@ -91,7 +92,12 @@ def test_bad_input_gets_one_line_errors(wk, tmp_path):
     assert proc.returncode == 2 and "must be an absolute, clean path" in proc.stderr
     for url, code, message in [("bogus://x", 2, "registry_url bogus://x: Can't load plugin"),
                                ("postgresql+psycopg://wk:secret@127.0.0.1:1/x", 1,
-                                "the registry at postgresql+psycopg://wk:***@127.0.0.1:1/x cannot be used")]:
+                                "the registry at postgresql+psycopg://wk:***@127.0.0.1:1/x cannot be used"),
+                               ("postgresql+psycopg://wk@127.0.0.1:1/x?password=secret", 1,
+                                "the registry at postgresql+psycopg://wk@127.0.0.1:1/x?... cannot be used"),
+                               ("postgresql://wk:secret@127.0.0.1:port/x", 2, "registry_url 'postgresql://...': "),
+                               ("mysql://wk:secret@127.0.0.1/x", 2,
+                                "registry_url mysql://wk:***@127.0.0.1/x: its database driver is not installed")]:
         bad.write_text(f'registry_url = "{url}"\n')
         proc = cli(wk, "--config", str(bad), "model", "list", check=False)
         assert proc.returncode == code and message in proc.stderr and "secret" not in proc.stderr, proc.stderr
@@ -111,3 +117,112 @@ def test_config_flag_reaches_the_flows(wk, hub, monkeypatch):
         assert proc.returncode == 0, proc.stderr
     assert wk.registry.find_model("flag") is None
     assert not (wk.volumes["team-a"] / "models" / "acme--flag").exists()
+
+
+def one_line(proc: subprocess.CompletedProcess, code: int, message: str) -> str:
+    assert proc.returncode == code and message in proc.stderr, (proc.returncode, proc.stderr)
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return proc.stderr
+
+
+def test_a_reader_that_leaves_stops_the_listing_quietly(wk):
+    wk.declare("piped", "hf://acme/piped", workspaces=["team-a"])
+    for args in (["model", "list"], ["model", "list", "--json"], ["model", "get", "piped", "--json"]):
+        read, write = os.pipe()
+        os.close(read)  # `| head` that has already had enough
+        proc = subprocess.run([sys.executable, "-m", "weightkeeper.cli", *args], stdout=write, stderr=subprocess.PIPE,
+                              text=True, timeout=300, env=dict(os.environ, WEIGHTKEEPER_CONFIG=str(wk.config)))
+        os.close(write)
+        assert proc.returncode == 141 and proc.stderr == "", (args, proc.returncode, proc.stderr)
+
+
+def test_messages_and_paths_are_printed_as_they_are_never_as_markup(wk):
+    from sqlalchemy import update
+
+    from weightkeeper.registry.schema import LocalPathRow
+
+    model = wk.declare("markup", "hf://acme/markup", workspaces=["team-a"])
+    with wk.registry.engine.begin() as conn:  # a message quoting a repository's file name
+        conn.execute(update(LocalPathRow).where(LocalPathRow.id == model.local_paths[0].id)
+                     .values(message="file [/] or [link=http://x]y[/link] :warning:"))
+    out = cli(wk, "model", "get", "markup", COLUMNS="400").stdout
+    assert "file [/] or [link=http://x]y[/link] :warning:" in out
+
+
+def test_failures_outside_the_registry_get_one_line_without_credentials(wk, tmp_path):
+    wk.declare("where", "hf://acme/where", workspaces=["team-a"])
+    err = one_line(cli(wk, "model", "ensure", "where", "--wait", check=False,
+                       PREFECT_API_URL="http://wk:hunter2@127.0.0.1:1/api"), 1, "http://127.0.0.1:1/api")
+    assert "hunter2" not in err
+    (tmp_path / "home-is-a-file").write_text("")
+    config = tmp_path / "home-file.toml"
+    config.write_text(wk.config.read_text().replace(f'home = "{wk.root}"', f'home = "{tmp_path / "home-is-a-file"}"'))
+    one_line(cli(wk, "--config", str(config), "model", "ensure", "where", check=False), 1,
+             "ensure-model not started for where: cannot write its log")
+
+
+def test_a_failed_wait_ends_with_the_models_message(wk):
+    proc = cli(wk, "model", "create", "gone", "--source", "hf://acme/does-not-exist", "--workspace", "team-a", "--wait",
+               check=False, COLUMNS="60")  # one line however narrow the terminal: a log reader's unit
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("model gone is Failed: repository acme/does-not-exist was "
+                                                           "not found"), proc.stderr
+
+
+def test_the_terminal_shows_a_runs_log_lines_but_no_traceback():
+    import logging
+
+    from weightkeeper.cli import _shown_on_terminal
+
+    def record(level: int, exc_info=None) -> logging.LogRecord:
+        return logging.LogRecord("prefect.task_runs", level, __file__, 1, "run failed", (), exc_info)
+
+    try:
+        raise OSError("cut")
+    except OSError:
+        failed = sys.exc_info()
+    assert _shown_on_terminal(record(logging.INFO)) and _shown_on_terminal(record(logging.ERROR))
+    assert not _shown_on_terminal(record(logging.ERROR, failed))  # retries exhausted: the model's message says why
+    quieted = subprocess.run([sys.executable, "-c", (  # before the flow is imported, which sets up Prefect's logging
+        "import logging\nfrom weightkeeper.cli import _quiet_prefect_console, _shown_on_terminal\n"
+        "_quiet_prefect_console()\nimport weightkeeper.flows.ensure_model\n"
+        "print([_shown_on_terminal in h.filters for h in logging.getLogger().handlers])")],
+        capture_output=True, text=True, timeout=120)
+    assert quieted.stdout.strip() == "[True]", quieted.stderr
+
+
+def test_a_registry_failing_mid_command_gets_one_line(wk, monkeypatch, capsys):
+    from sqlalchemy.exc import OperationalError
+
+    from weightkeeper import cli as wkcli
+    from weightkeeper.registry import Registry
+
+    def down(*_, **__):
+        raise OperationalError("SELECT secret", {"p": "hunter2"}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(Registry, "list_page", down)
+    assert wkcli.main(["--config", str(wk.config), "model", "list"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: the registry failed: server closed the connection; retry") and "hunter2" not in err
+
+
+def test_an_interrupt_says_what_resumes_it():
+    def said(**args) -> str:
+        from weightkeeper.cli import _interrupted
+
+        return _interrupted(Namespace(**args))
+
+    assert said(action="list", wait=False) == "interrupted"
+    assert said(action="delete", name="m", wait=True) == ("interrupted: model m stays Deleting; "
+                                                         "`weightkeeper model delete m` resumes")
+    assert said(action="ensure", name="m", wait=True).endswith("`weightkeeper model ensure m` resumes")
+
+
+def test_a_bad_phase_names_the_phases_as_typed(capsys):
+    import pytest
+
+    from weightkeeper.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["model", "list", "--phase", "ready"])
+    assert "(choose from 'Pending', 'Staging', 'Downloading', 'Ready', 'Failed', 'Deleting')" in capsys.readouterr().err

@@ -57,6 +57,13 @@ def test_a_wrong_type_is_one_line_naming_the_key_and_the_file(config, text, erro
     assert refused(config, text) == error
 
 
+@pytest.mark.parametrize("text", ['metrics_token_sha256 = "wk-secret-token"',
+                                  '[[users]]\nname = "u"\nuid = 1\ntoken_sha256 = "wk-secret-token"'])
+def test_a_token_pasted_where_its_digest_goes_is_never_shown(config, text):
+    message = refused(config, text)
+    assert "must be 64 hex digits (the value given is not shown)" in message and "wk-secret-token" not in message
+
+
 def test_unknown_keys_are_refused_together(config):
     assert refused(config, "lease_second = 5\nverify_worker = 2") == "unknown keys ['lease_second', 'verify_worker']"
     assert refused(config, '[[workspaces]]\nname = "w"\nvolume = "/w"\nowners = "x"') == \

@@ -28,7 +28,7 @@ from weightkeeper.tasks.download import download_snapshot
 from weightkeeper.tasks.snapshot import resolve_revision
 from weightkeeper.anchored import Dir
 from weightkeeper.config import S3Settings, load_settings
-from weightkeeper.download import Limits, RemoteFile, Snapshot, collision, fetch_files
+from weightkeeper.download import Limits, RemoteFile, Snapshot, collision, fetch_files, shown
 from weightkeeper.errors import ConfigError, DownloadError
 from weightkeeper.hub import check_access, hub_transfer, kind, model_info, resolve_snapshot, route
 from weightkeeper.hubserver import LISTING, HubServer
@@ -246,6 +246,12 @@ def test_an_s3_body_that_drips_is_cut_by_the_watchdog(tmp_path, monkeypatch):
     (["a", "a.part/x"], "the partial file of 'a' would stand where the folder 'a.part' goes"),
     (["x/a", "x/a.part.ranges/b"], "the partial file of 'x/a' would stand where the folder 'x/a.part.ranges' goes"),
     (["ready", "ready.json", "x/ready/y", "a.part", "a/b", "a/c"], None),
+    (["x/" + "a" * 244],
+     f"{shown('x/' + 'a' * 244)} has a name over 243 characters (its partial file's would not fit in 255)"),
+    (["x/" + "a" * 243, "b" * 243 + "/c"], None),
+    (["Model.bin", "model.bin"], "'Model.bin' and 'model.bin' differ only in case (one file where a volume folds case)"),
+    (["Shard", "shard/config.json"], "where a volume folds case, 'shard' is both a file and a folder"),
+    (["READY/config.json"], "where a volume folds case, its folder 'ready' is where weightkeeper keeps its own marker"),
 ])
 def test_names_that_cannot_all_be_written_are_refused(paths, problem):
     assert collision(paths) == problem

@@ -364,6 +364,45 @@ def test_delete_waits_until_no_pod_of_a_download_run_remains(wk, hub, tmp_path):
         cluster.stop()
 
 
+def test_delete_waits_for_a_pod_of_the_model_whose_run_prefect_no_longer_knows(wk, hub, tmp_path):
+    """The model's download run is gone from Prefect (a new server, runs deleted), but a pod labelled with the model
+    still runs: the delete finds it by the label and removes nothing until it has finished."""
+    from conftest import tiny_files
+    from fakekube import FakeKubernetes
+    from weightkeeper.flows.delete_model import delete_model
+    from weightkeeper.flows.ensure_model import ensure_model
+    from test_lifecycle import in_thread, wait_until
+
+    cluster = FakeKubernetes()
+    wk.config.write_text(quick_cleanup(wk, hub) + textwrap.dedent(f"""
+        [[workspaces]]
+        name = "gpu"
+        cluster = "east"
+        volume = "{wk.volumes['team-a']}"
+        work_pool = "kube-gpu"
+        [workspaces.kubernetes]
+        namespace = "team-a"
+        image = "registry.local/weightkeeper:0.1"
+        volume_claim = "models"
+        kubeconfig = "{cluster.kubeconfig(tmp_path / 'kubeconfig')}"
+    """))
+    hub.add_repo("acme/kube-forgot", tiny_files("kube-forgot"))
+    wk.declare("kube-forgot", "hf://acme/kube-forgot")
+    assert ensure_model("kube-forgot") == "Ready"
+    path = Path(wk.registry.get_model("kube-forgot").local_paths[0].path)
+    cluster.pods[("team-a", "kube-forgot")] = [("download-kube-forgot-gpu-q1", "Running")]
+    try:
+        deletion = in_thread(delete_model, "kube-forgot")
+        wait_until(lambda: "pod team-a/download-kube-forgot-gpu-q1" in wk.registry.get_model("kube-forgot").message,
+                   what="delete to wait for the pod")
+        assert path.is_dir() and wk.registry.get_model("kube-forgot").local_paths
+        cluster.pods[("team-a", "kube-forgot")] = [("download-kube-forgot-gpu-q1", "Succeeded")]
+        deletion.join(60)
+        assert deletion.result.get("value") == "Released" and not path.exists()
+    finally:
+        cluster.stop()
+
+
 def test_delete_waits_for_a_pod_left_in_the_workspace_a_path_failed_over_from(wk, hub, tmp_path, monkeypatch):
     """The path's job crashed in workspace gpu and moved to gpu-b; gpu's pods still run, under many runs of that name
     (more than a page of them), some long marked Cancelled. The delete finds every one and cleans nothing until they
@@ -428,6 +467,69 @@ def test_delete_waits_for_a_pod_left_in_the_workspace_a_path_failed_over_from(wk
         assert deletion.result.get("value") == "Released" and not os.path.lexists(entry.path)
         with get_client(sync_client=True) as client:
             assert client.read_flow_run(alike).state.is_running()
+    finally:
+        cluster.stop()
+
+
+def _in_thread(call, seconds: float):
+    """`call()` in a daemon thread: (returned, raised) within `seconds`, or the test fails."""
+    import threading
+
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = call()
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            out["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still waiting for the Kubernetes API after {seconds} s"
+    return out.get("value"), out.get("error")
+
+
+@pytest.mark.parametrize("misbehave", ["drip", "flood", "not-a-list"])
+def test_the_pod_check_gives_up_on_an_api_server_that_drips_floods_or_lies(tmp_path, monkeypatch, misbehave):
+    """The cluster's API server answers the pod list a byte at a time, without end, or with something that is not a
+    list of pods: the check fails within its bound (the delete keeps the model and retries), never hangs, never
+    reads without limit and never takes the answer for "no pods"."""
+    import time
+
+    from fakekube import FakeKubernetes
+    from weightkeeper import pods
+    from weightkeeper.errors import CleanupError
+
+    monkeypatch.setattr(pods, "API_TIMEOUT_SECONDS", 2)
+    cluster = FakeKubernetes()
+    cluster.misbehave = misbehave
+    target = KubernetesTarget(namespace="team-a", image="i", volume_claim="c",
+                              kubeconfig=str(cluster.kubeconfig(tmp_path / "kubeconfig")))
+    try:
+        started = time.monotonic()
+        value, error = _in_thread(lambda: pods.live_pods(target, [str(uuid.uuid4())]), 20)
+        assert isinstance(error, CleanupError) and "team-a" in str(error), (value, error)
+        assert time.monotonic() - started < 10
+    finally:
+        cluster.stop()
+
+
+def test_a_pod_of_a_run_prefect_no_longer_knows_still_counts(tmp_path):
+    """The model's download runs are gone from Prefect (a new server, runs deleted), but a pod labelled with the model
+    still runs: the check finds it by the model's label, and lets go once it finished."""
+    from fakekube import FakeKubernetes
+    from weightkeeper.pods import live_pods
+
+    cluster = FakeKubernetes()
+    target = KubernetesTarget(namespace="team-a", image="i", volume_claim="c",
+                              kubeconfig=str(cluster.kubeconfig(tmp_path / "kubeconfig")))
+    try:
+        cluster.pods[("team-a", "forgotten")] = [("download-forgotten-gpu-z9", "Running")]
+        assert live_pods(target, [], model="forgotten") == ["team-a/download-forgotten-gpu-z9"]
+        assert ("/api/v1/namespaces/team-a/pods", "weightkeeper.io/model=forgotten") in cluster.requests
+        cluster.pods[("team-a", "forgotten")] = [("download-forgotten-gpu-z9", "Succeeded")]
+        assert live_pods(target, [], model="forgotten") == []
     finally:
         cluster.stop()
 

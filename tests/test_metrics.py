@@ -247,3 +247,27 @@ def test_a_fetch_counts_the_bytes_it_transferred_even_when_it_fails_and_its_time
     assert [(name, labels) for name, _, labels in registry.events[1:]] == [
         ("weightkeeper_downloaded_bytes", {"workspace": "team-a", "source": "hub"}),
         ("weightkeeper_download_duration_seconds", {"source": "hub"})]
+
+
+def test_a_prefect_that_hangs_costs_a_scrape_its_slot_gauges_only(scraper, monkeypatch):
+    import threading
+
+    from weightkeeper import metrics
+
+    answer, reads = threading.Event(), []
+
+    def hanging() -> tuple[int, int]:
+        reads.append(1)
+        answer.wait(60)
+        return 1, 4
+
+    monkeypatch.setattr(metrics, "slots_in_use", hanging)
+    monkeypatch.setattr(metrics, "PREFECT_READ_SECONDS", 0.5)
+    for _ in range(2):
+        started = time.monotonic()
+        families = scraper.families()
+        assert time.monotonic() - started < 5 and "weightkeeper_models" in families
+        assert "weightkeeper_download_slots_in_use" not in families
+    assert len(reads) == 1  # the second scrape waited for the same read: no thread per scrape
+    answer.set()
+    assert scraper.samples()[("weightkeeper_download_slots_in_use", ())] == 1

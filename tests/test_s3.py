@@ -475,3 +475,26 @@ def test_botocore_debug_logs_carry_no_session_token_or_signature(wk, hub, s3, mo
     assert {"botocore.hooks", "urllib3.connectionpool"} <= {r.name for r in caplog.records}  # DEBUG was on
     for secret in (token, "Signature", "Credential=", "X-Amz-Security-Token"):
         assert secret not in caplog.text, secret
+
+
+def test_waiting_for_a_download_slot_does_not_count_against_the_staging_timeout(wk, hub, s3, monkeypatch):
+    """Every download slot is busy for longer than download_timeout_seconds before staging gets one: the staging run
+    still has its whole timeout to fetch and upload (as a download has), rather than failing for good at once."""
+    import contextlib
+    import time
+
+    from weightkeeper.tasks import stage
+
+    taken = stage.download_slot
+
+    @contextlib.contextmanager
+    def late_slot(settings, on_wait):
+        time.sleep(6)
+        with taken(settings, on_wait):
+            yield
+
+    monkeypatch.setattr(stage, "download_slot", late_slot)
+    hub.add_repo("acme/late-slot", tiny_files("s3-late-slot"))
+    wk.rewrite(hf_endpoint=hub.url, download_timeout_seconds=5)
+    wk.declare("late-slot", "hf://acme/late-slot", workspaces=["team-a"])
+    assert ensure_model("late-slot") == "Ready", wk.registry.get_model("late-slot").message

@@ -304,3 +304,78 @@ def test_serve_runs_at_most_its_run_limit_at_once_and_a_burst_waits(wk, hub, tmp
     assert len(runs) == 8 and all(r.state.is_completed() for r in runs)
     for kind in ("ensure-", "download-"):
         assert peak([(r.start_time, r.end_time) for r in runs if r.name.startswith(kind)]) <= 2, kind
+
+
+def test_repeated_sigterms_still_stop_every_worker_before_serve_exits(wk, tmp_path):
+    """A supervisor (or an impatient Ctrl-C) signals `serve` again and again while it stops a worker that is slow to
+    go (here: stopped with SIGSTOP, so only the SIGKILL after 20 s ends it): every further signal is ignored, and
+    serve exits 0 only once both its workers are gone, none left running (or stopped) behind it."""
+    import time
+
+    workspaces = [{**wk._workspaces[0], "work_pool": "twice-jobs"}]
+    with serving(wk, tmp_path, workspaces=workspaces, work_pool="twice-control") as (serve, _):
+        workers = children(serve.pid)
+        assert len(workers) == 2, workers
+        try:
+            os.kill(workers[0], signal.SIGSTOP)
+            while serve.poll() is None:
+                serve.send_signal(signal.SIGTERM)
+                time.sleep(0.05)
+            assert serve.returncode == 0
+            assert [w for w in workers if not gone(w)] == []  # stopped by serve, not later by their own watch
+        finally:
+            for worker in workers:
+                end(worker)
+
+
+def test_serve_exits_with_an_error_when_a_worker_dies_under_the_api(wk, tmp_path):
+    """A worker of `serve` dies (OOM-killed) while the API runs: serve says so and exits non-zero, for its supervisor
+    to start everything again, instead of accepting models that no worker will ever run."""
+    write_config(wk, workspaces=wk._workspaces[:1], work_pool="dies-under-api")
+    port = free_port()
+    with open(tmp_path / "serve.out", "w") as out:
+        serve = subprocess.Popen([sys.executable, "-m", "weightkeeper.cli", "serve", "--api-port", str(port)],
+                                 env=dict(os.environ, WEIGHTKEEPER_CONFIG=str(wk.config)), stdout=out,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+    workers: list[int] = []
+    try:
+        wait_until(lambda: status(f"http://127.0.0.1:{port}/api/v1/models") == 401, 120, "the API")
+        workers = children(serve.pid)
+        assert len(workers) == 1, workers
+        os.kill(workers[0], signal.SIGKILL)
+        assert serve.wait(60) != 0
+        assert "a worker exited" in (tmp_path / "serve.out").read_text()
+        assert status(f"http://127.0.0.1:{port}/api/v1/models") is None
+    finally:
+        if serve.poll() is None:
+            serve.send_signal(signal.SIGTERM)
+            serve.wait(90)
+        for worker in workers:
+            end(worker)
+
+
+def test_workers_already_started_are_stopped_when_serve_is_interrupted_starting_the_next(wk, monkeypatch):
+    """SIGTERM or Ctrl-C lands while `serve` starts its workers: those already running are stopped, not left for
+    their parent watch to notice."""
+    from weightkeeper import serve
+    from weightkeeper.config import load_settings
+
+    write_config(wk, workspaces=[{**wk._workspaces[0], "work_pool": "interrupted-jobs"}], work_pool="interrupted")
+    started: list[subprocess.Popen] = []
+
+    def spawn(args, log, env):
+        if started:
+            raise KeyboardInterrupt
+        started.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                                        start_new_session=True))
+        return started[0]
+
+    monkeypatch.setattr(serve, "spawn", spawn)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            serve.start_workers(load_settings(wk.config))
+        assert len(started) == 1 and started[0].poll() is not None
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait()

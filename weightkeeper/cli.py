@@ -17,10 +17,12 @@ from collections.abc import Callable, Iterator
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
+from sqlalchemy.exc import DBAPIError
 
 from weightkeeper.config import Settings, load_settings
 from weightkeeper.context import use
-from weightkeeper.errors import ConfigError, ConflictError, InvalidInputError, NotFoundError, WeightkeeperError
+from weightkeeper.errors import (ConfigError, ConflictError, InvalidInputError, NotFoundError, WeightkeeperError,
+                                 redact_urls)
 from weightkeeper.phase import Phase
 from weightkeeper.prefectserver import prefect_api
 from weightkeeper.registry import Model, Registry
@@ -28,15 +30,24 @@ from weightkeeper.registry.common import DELETING, READY
 from weightkeeper.registry.listing import DEFAULT_LIMIT, SORTS, ListQuery, Viewer
 from weightkeeper.service import declare_model, move_model, registry_for, switch_revision
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(markup=False, emoji=False)  # what is printed quotes paths, messages and file names as they are
+err_console = Console(stderr=True, markup=False, emoji=False)
+
+
+def _shown_on_terminal(record: logging.LogRecord) -> bool:
+    """A run's log line without a traceback: a run's failure is the model's message, printed at the end."""
+    return not record.exc_info
 
 
 def _quiet_prefect_console() -> None:
-    """Keep Prefect's run logs off the terminal while a progress display runs (they still reach the API)."""
+    """Keep the tracebacks of Prefect's run logs off the terminal while a progress display runs (they still reach
+    the API); the lines stay, saying what a run waits for."""
+    from prefect.logging.configuration import ensure_logging_setup
+
+    ensure_logging_setup()  # else Prefect adds its console handler when the flow is imported, after this
     for handler in logging.getLogger().handlers:
         if type(handler).__name__ == "PrefectConsoleHandler":
-            handler.setLevel(logging.WARNING)
+            handler.addFilter(_shown_on_terminal)
 
 
 def paths_table(model: Model) -> Table:
@@ -61,8 +72,9 @@ def follow(registry: Registry, name: str, work: Callable[[], object]) -> Model |
     thread = threading.Thread(target=contextvars.copy_context().run, args=(run,), name=f"flow-{name}", daemon=True)
     _quiet_prefect_console()
     thread.start()
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                  TextColumn("{task.fields[status]}"), console=err_console, transient=False) as progress:
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), DownloadColumn(),
+                  TransferSpeedColumn(), TextColumn("{task.fields[status]}", markup=False), console=err_console,
+                  transient=False) as progress:
         bars: dict[int, int] = {}
         while True:
             alive = thread.is_alive()
@@ -85,13 +97,17 @@ def follow(registry: Registry, name: str, work: Callable[[], object]) -> Model |
 
 def start_in_background(settings: Settings, flow: str, name: str) -> str:
     """Run a flow in a detached process; its output goes to a log file under the data directory."""
-    log_dir = settings.home / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{flow}-{name}.log"
+    log_path = settings.home / "logs" / f"{flow}-{name}.log"
     env = dict(os.environ)
     if settings.config_path:
         env["WEIGHTKEEPER_CONFIG"] = str(settings.config_path)
-    with open(log_path, "ab") as log:
+    try:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(log_path, "ab")  # noqa: SIM115 - closed below, once the process has it
+    except OSError as e:
+        raise WeightkeeperError(f"{flow} not started for {name}: cannot write its log {log_path}: {e.strerror}; "
+                                f"make {settings.home} a writable directory, or run it here with --wait") from None
+    with log:
         subprocess.Popen([sys.executable, "-m", "weightkeeper.cli", "run", flow, name], stdout=log,
                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
     return str(log_path)
@@ -120,7 +136,7 @@ def _launch(args, settings: Settings, registry: Registry, flow: str, name: str) 
         return 0
     console.print(paths_table(model))
     if model.phase != READY:
-        err_console.print(f"model {name} is {model.phase}: {model.message}")
+        err_console.print(f"model {name} is {model.phase}: {model.message}", soft_wrap=True)
         return 1
     return 0
 
@@ -175,7 +191,7 @@ def cmd_model_update(args, settings: Settings) -> int:
         code = _launch(args, settings, registry, "ensure-model", model.name)
         after = registry.get_model(args.name)
         if code == 0 and args.wait and after.next_revision:  # still asked for: the switch did not happen
-            err_console.print(f"model {args.name} stays on {after.commit}: {after.message}", markup=False)
+            err_console.print(f"model {args.name} stays on {after.commit}: {after.message}", soft_wrap=True)
             return 1
         return code
     model = move_model(settings, registry, args.name, subpath=args.subpath, download_policy=args.download_policy)
@@ -354,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_model_update)
     p = model.add_parser("list", help="list models, page by page")
     p.add_argument("--include-deleting", action="store_true", help="also models still being deleted")
-    p.add_argument("--phase", choices=list(Phase))
+    p.add_argument("--phase", choices=[phase.value for phase in Phase])
     p.add_argument("--workspace", help="only models with an entry in this workspace")
     p.add_argument("--owner", help="only this user's models")
     p.add_argument("--search", help="only names or sources containing this text (any case)")
@@ -405,19 +421,41 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _error(message: str, code: int) -> int:
+    """One line on stderr, URLs without their user info or query (a PREFECT_API_URL may carry a password)."""
+    err_console.print(f"error: {redact_urls(message)}", highlight=False, soft_wrap=True)
+    return code
+
+
+def _interrupted(args) -> str:
+    name = getattr(args, "name", None)
+    if not getattr(args, "wait", False) or name is None:
+        return "interrupted"
+    if args.action == "delete":
+        return f"interrupted: model {name} stays Deleting; `weightkeeper model delete {name}` resumes"
+    return f"interrupted: the partial files of model {name} are kept; `weightkeeper model ensure {name}` resumes"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         settings = use(load_settings(args.config)).settings  # flows run here read it from the context
         return args.func(args, settings)
     except (ConfigError, InvalidInputError, ConflictError, NotFoundError) as e:
-        err_console.print(f"error: {e}", highlight=False, markup=False, soft_wrap=True)
-        return 2
+        return _error(str(e), 2)
     except WeightkeeperError as e:
-        err_console.print(f"error: {e}", highlight=False, markup=False, soft_wrap=True)
-        return 1
+        return _error(str(e), 1)
+    except DBAPIError as e:  # the statement and its values are not shown
+        why = (str(e.orig).strip().splitlines() or [type(e.orig).__name__])[0]
+        where = args.config or "$WEIGHTKEEPER_CONFIG"
+        return _error(f"the registry failed: {why}; retry, or check registry_url in {where}", 1)
+    except BrokenPipeError:  # the reader left (`| head`): stop quietly, as a pipeline expects
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nor fail flushing stdout at exit
+        return 141
+    except OSError as e:
+        return _error(str(e), 1)
     except KeyboardInterrupt:
-        err_console.print("interrupted: partial files are kept; `weightkeeper model ensure NAME` resumes")
+        err_console.print(_interrupted(args), soft_wrap=True)
         return 130
 
 

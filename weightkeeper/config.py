@@ -104,11 +104,12 @@ def job_run_name(flow: str, model: str, workspace: str) -> str:
     return f"{flow.split('-')[0]}-{model}-{workspace}"
 
 
-def _checked(test, what: str, when=AfterValidator):
-    """A validator refusing a value for which `test` is false: "<value> must be <what>"."""
+def _checked(test, what: str, when=AfterValidator, secret: bool = False):
+    """A validator refusing a value for which `test` is false: "<value> must be <what>" (a `secret` value, which may
+    be a token pasted where its digest goes, is never shown)."""
     def check(value):
         if not test(value):
-            raise ValueError(f"{value!r} must be {what}")
+            raise ValueError(f"must be {what} (the value given is not shown)" if secret else f"{value!r} must be {what}")
         return value
     return when(check)
 
@@ -142,7 +143,7 @@ Text = Annotated[StrictStr, AfterValidator(_non_empty)]
 Name = Annotated[StrictStr, _checked(MODEL_NAME.fullmatch, "lowercase letters, digits and '-'")]
 CleanPath = Annotated[StrictStr, _checked(_clean_path, "an absolute, clean path")]
 Digest = Annotated[StrictStr, AfterValidator(str.lower), _checked(re.compile("[0-9a-f]{64}").fullmatch,
-                                                                  "64 hex digits")]
+                                                                  "64 hex digits", secret=True)]
 S3Prefix = Annotated[StrictStr, AfterValidator(_s3_prefix)]
 Items = Strict(False)  # a TOML list is read as a tuple (each item keeps its strict type)
 TABLE = ConfigDict(extra="forbid")  # unknown keys are refused

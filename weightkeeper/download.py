@@ -123,6 +123,9 @@ def digest_problem(remote: RemoteFile) -> str | None:
     return "it has no digest"
 
 
+NAME_CHARS = 255 - len(".part.ranges")  # a file's name, so that its partial files' names fit a filesystem's 255
+
+
 def check_count(where: str, count: int, limits: Limits) -> None:
     """A source's listing (every file of the repository or prefix, before selection) is bounded."""
     if count > limits.max_manifest_files:
@@ -132,9 +135,25 @@ def check_count(where: str, count: int, limits: Limits) -> None:
 
 
 def collision(paths: Sequence[str]) -> str | None:
-    """Why the files at `paths` cannot all be written (None: they can): a file where a folder of another's goes,
-    in the copy or among the partial files (`a` and `a/b`; `a`, whose partial file is `a.part`, and `a.part/b`),
-    or a folder where weightkeeper keeps its READY_MARKER."""
+    """Why the files at `paths` cannot all be written on every volume (None: they can): a name over NAME_CHARS,
+    names one file where a volume folds case, a file where a folder of another's goes, in the copy or among the
+    partial files (`a` and `a/b`; `a`, whose partial file is `a.part`, and `a.part/b`), or a folder where
+    weightkeeper keeps its READY_MARKER."""
+    if long := next((p for p in paths if any(len(s) > NAME_CHARS for s in p.split("/"))), None):
+        return f"{shown(long)} has a name over {NAME_CHARS} characters (its partial file's would not fit in 255)"
+    folded: dict[str, str] = {}
+    for path in paths:
+        if (other := folded.setdefault(path.casefold(), path)) != path:
+            return f"{shown(other)} and {shown(path)} differ only in case (one file where a volume folds case)"
+    if problem := _collision(paths):
+        return problem
+    if problem := _collision(list(folded)):
+        return f"where a volume folds case, {problem}"
+    return None
+
+
+def _collision(paths: Sequence[str]) -> str | None:
+    """`collision`'s files and folders, of names as they are."""
     folders = {p[:i] for p in paths for i, c in enumerate(p) if c == "/"}
     partial = {n: p for p in paths for n in (f"{p}.part", f"{p}.part.ranges")}
     if READY_MARKER in folders:

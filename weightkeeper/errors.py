@@ -71,6 +71,13 @@ class DownloadError(WeightkeeperError):
         self.permanent = permanent
 
 
+class DeadlineExceeded(DownloadError):
+    """A download ran past its deadline (`download_timeout_seconds`); its partial files are kept."""
+
+    def __init__(self, message: str):
+        super().__init__(message, permanent=True)
+
+
 class UnavailableError(WeightkeeperError):
     """A source could not be asked now (network, a Hub outage); the same request may succeed later."""
 

@@ -8,8 +8,11 @@ numbers are the platform's, whichever API process answers.
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -23,6 +26,14 @@ from weightkeeper.registry.metrics import RECORDED, MetricSnapshot, cumulative
 from weightkeeper.runtime import SLOT_WAIT, slots_in_use
 
 logger = logging.getLogger("weightkeeper.metrics")
+PREFECT_READ_SECONDS = 5.0  # a scrape waits this long for Prefect's slot count, then answers without it
+
+
+def _read_slots(future: Future, context: contextvars.Context) -> None:
+    try:
+        future.set_result(context.run(slots_in_use))
+    except Exception as e:  # noqa: BLE001 - the scrape that waits reports it
+        future.set_exception(e)
 
 
 class RegistryCollector(Collector):
@@ -30,6 +41,18 @@ class RegistryCollector(Collector):
 
     def __init__(self, settings: Settings, registry: Registry):
         self.settings, self.registry = settings, registry
+        self._lock, self._read = threading.Lock(), None
+
+    def _slots_in_use(self) -> tuple[int, int]:
+        """Prefect's slot count, waited for `PREFECT_READ_SECONDS` at most: a Prefect that hangs neither holds the
+        scrape past Prometheus's timeout nor piles up threads (a read still running is waited for again)."""
+        with self._lock:
+            if self._read is None or self._read.done():
+                self._read = Future()
+                threading.Thread(target=_read_slots, args=(self._read, contextvars.copy_context()), daemon=True,
+                                 name="metrics-prefect").start()  # a daemon: a hung read never holds up exit
+            read = self._read
+        return read.result(timeout=PREFECT_READ_SECONDS)
 
     def collect(self) -> Iterator:
         snapshot = self.registry.metric_snapshot((SLOT_WAIT, BUDGET_WAIT))
@@ -59,7 +82,10 @@ class RegistryCollector(Collector):
         if not self.settings.downloads_limited:
             return
         try:
-            in_use, limit = slots_in_use()
+            in_use, limit = self._slots_in_use()
+        except TimeoutError:
+            logger.warning("download slots not read from Prefect: no answer in %s s", PREFECT_READ_SECONDS)
+            return
         except Exception as e:  # noqa: BLE001 - Prefect unreachable: the registry's metrics are still answered
             logger.warning("download slots not read from Prefect: %s", e)
             return

@@ -1,42 +1,97 @@
-"""What still runs in a workspace's cluster for a model's jobs, with the real `kubernetes` client."""
+"""What still runs in a workspace's cluster for a model's jobs: pod lists read from the cluster's API with the
+`kubernetes` client's configuration (address, credentials, TLS), each answer bounded in time and bytes and checked
+before it is believed."""
 
 from __future__ import annotations
 
+import json
+import time
+
 from weightkeeper.errors import CleanupError
-from weightkeeper.kube import KubernetesTarget
+from weightkeeper.kube import LABEL, KubernetesTarget
 
 RUN_LABEL = "prefect.io/flow-run-id"  # set by the Kubernetes worker on the Job and its pods
-API_TIMEOUT_SECONDS = 30
+MODEL_LABEL = f"{LABEL}/model"  # set by weightkeeper's job variables (`kube.job_variables`), whatever Prefect keeps
+API_TIMEOUT_SECONDS = 30  # per pod list, whole answer included
+MAX_ANSWER_BYTES = 8 << 20  # a pod list of one run or model is a few KiB
+FINISHED = ("Succeeded", "Failed")
 
 
-def _core_api(target: KubernetesTarget):
+def _session(target: KubernetesTarget):
+    """(pool manager, API address, headers) of the cluster, as the kubernetes client configures them."""
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
+    cfg = client.Configuration()
     if target.kubeconfig:
-        return client.CoreV1Api(config.new_client_from_config(config_file=target.kubeconfig, context=target.context))
+        config.load_kube_config(target.kubeconfig, target.context, client_configuration=cfg, persist_config=False)
+    else:
+        try:
+            config.load_incluster_config(client_configuration=cfg)
+        except ConfigException:
+            config.load_kube_config(context=target.context, client_configuration=cfg, persist_config=False)
+    token = cfg.get_api_key_with_prefix("authorization")
+    headers = {"Accept": "application/json", **({"Authorization": token} if token else {})}
+    return client.ApiClient(cfg).rest_client.pool_manager, cfg.host.rstrip("/"), headers
+
+
+def _read(response, deadline: float, what: str) -> bytes:
+    """The body, refused once it passes MAX_ANSWER_BYTES or the deadline (a slow drip counts too)."""
+    body = bytearray()
+    while chunk := response.read1(1 << 16):
+        body += chunk
+        if len(body) > MAX_ANSWER_BYTES or time.monotonic() > deadline:
+            raise CleanupError(f"{what} answered more than {MAX_ANSWER_BYTES} bytes or took more than "
+                               f"{API_TIMEOUT_SECONDS} s; the model is kept: check the cluster's API server")
+    return bytes(body)
+
+
+def _list(session, namespace: str, selector: str) -> list[dict]:
+    """The pods of `namespace` that `selector` names, as the API server answered them."""
+    import urllib3
+
+    pool, host, headers = session
+    what = f"the pod list of namespace {namespace!r} ({selector})"
+    timeout = urllib3.Timeout(connect=API_TIMEOUT_SECONDS, read=API_TIMEOUT_SECONDS)
+    response = pool.request("GET", f"{host}/api/v1/namespaces/{namespace}/pods", fields={"labelSelector": selector},
+                            headers=headers, preload_content=False, timeout=timeout, retries=False, redirect=False)
     try:
-        config.load_incluster_config()
-        return client.CoreV1Api()
-    except ConfigException:
-        return client.CoreV1Api(config.new_client_from_config(context=target.context))
+        if response.status != 200:
+            raise CleanupError(f"{what} failed: HTTP {response.status} {response.reason}; the model is kept")
+        answer = json.loads(_read(response, time.monotonic() + API_TIMEOUT_SECONDS, what))
+    except ValueError:
+        raise CleanupError(f"{what} is not JSON; the model is kept: check the cluster's API server") from None
+    finally:
+        response.close()
+    items = answer.get("items") if isinstance(answer, dict) else None
+    if not isinstance(items, list) or not all(isinstance(p, dict) and isinstance(p.get("metadata"), dict)
+                                              and isinstance(p["metadata"].get("name"), str) for p in items):
+        raise CleanupError(f"{what} is not a list of pods; the model is kept: check the cluster's API server")
+    return items
 
 
-def live_pods(target: KubernetesTarget, run_ids: list[str]) -> list[str]:
-    """Pods of these flow runs that have not finished (Pending, Running, Unknown, or being deleted)."""
-    if not run_ids:
+def _unfinished(pod: dict) -> bool:
+    """Pending, Running, Unknown, without a phase, or being deleted."""
+    status = pod.get("status")
+    phase = status.get("phase") if isinstance(status, dict) else None
+    return phase not in FINISHED or bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def live_pods(target: KubernetesTarget, run_ids: list[str], model: str | None = None) -> list[str]:
+    """Pods of these flow runs, or labelled with `model` (those of runs Prefect no longer knows), that have not
+    finished."""
+    selectors = [f"{RUN_LABEL}={run_id}" for run_id in run_ids] + ([f"{MODEL_LABEL}={model}"] if model else [])
+    if not selectors:
         return []
     try:
-        from kubernetes import client
+        import urllib3
         from kubernetes.config.config_exception import ConfigException
     except ImportError:
         raise CleanupError(f"workspace namespace {target.namespace!r} runs in Kubernetes, but the kubernetes client "
                            "is not installed here: pip install 'weightkeeper[kubernetes]'") from None
     try:
-        api = _core_api(target)
-        pods = [pod for run_id in run_ids for pod in api.list_namespaced_pod(
-            target.namespace, label_selector=f"{RUN_LABEL}={run_id}", _request_timeout=API_TIMEOUT_SECONDS).items]
-    except (ConfigException, client.ApiException, OSError) as e:
+        session = _session(target)
+        pods = [pod for selector in selectors for pod in _list(session, target.namespace, selector)]
+    except (ConfigException, OSError, urllib3.exceptions.HTTPError) as e:
         raise CleanupError(f"cannot list the pods of namespace {target.namespace!r}: {e}") from None
-    return [f"{target.namespace}/{p.metadata.name}" for p in pods
-            if p.status is None or p.status.phase not in ("Succeeded", "Failed") or p.metadata.deletion_timestamp]
+    return sorted({f"{target.namespace}/{p['metadata']['name']}" for p in pods if _unfinished(p)})

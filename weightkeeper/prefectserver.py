@@ -44,7 +44,7 @@ from pathlib import Path
 import httpx
 
 from weightkeeper.anchored import Dir
-from weightkeeper.errors import WeightkeeperError
+from weightkeeper.errors import WeightkeeperError, redact_urls
 from weightkeeper.watchdog import ORPHANED
 
 LEASE_STORAGE = "prefect.server.concurrency.lease_storage.filesystem"
@@ -284,7 +284,8 @@ def prefect_api(home: Path, port: int | None = None, host: str = LOOPBACK, alway
         try:  # any answer will do: a Prefect Cloud workspace may want credentials even here
             httpx.get(f"{url}/health", timeout=5)
         except httpx.HTTPError as e:
-            raise WeightkeeperError(f"the Prefect server at {url} (PREFECT_API_URL) does not answer: {e}") from None
+            raise WeightkeeperError(f"the Prefect server at {redact_urls(url)} (PREFECT_API_URL) does not answer: "
+                                    f"{redact_urls(str(e))}") from None
         with clients_use(url, PREFECT_API_AUTH_STRING.value()):
             yield url
         return

@@ -6,23 +6,28 @@ go through boto3's transfer manager (multipart, parallel parts); fills stream ra
 the same resumable, hashed `.part` files as downloads from the Hub.
 
 The listing of an s3:// source is checked before use (`weightkeeper.download.check_snapshot`):
-every object needs a plain (single-part) ETag, its MD5, to be verified by.
+every object needs a plain (single-part) ETag, its MD5, to be verified by. Every answer is bounded
+(`make_client`): its headers in time, and a body read whole (a listing page, an error) in size and time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import re
+import socket
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
 import boto3
 from boto3.s3.transfer import TransferConfig
+from botocore.awsrequest import AWSHTTPConnection, AWSHTTPConnectionPool, AWSHTTPSConnection, AWSHTTPSConnectionPool
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, NoCredentialsError
 from urllib3.exceptions import HTTPError
 
 from weightkeeper.config import S3Settings
@@ -42,6 +47,7 @@ from weightkeeper.download import (
     shown,
 )
 from weightkeeper.errors import CleanupError, DownloadError
+from weightkeeper.hub import _HeadersInTime
 from weightkeeper.layout import S3Source, copy_name, parse_s3_uri
 from weightkeeper.planning import select_files
 from weightkeeper.watchdog import Pace, current, read_body
@@ -55,6 +61,105 @@ EMPTY_PAGES = 100  # truncated pages in a row without an object: a server that l
 PERMANENT_CODES = {"NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchKey",
                    "AllAccessDisabled", "InvalidBucketName", "InvalidObjectState"}
 CREDENTIAL_KEYS = {"aws_access_key_id", "aws_secret_access_key", "aws_session_token"}
+ANSWER_BYTES = 16 << 20  # an answer read whole (a listing page, an error; never an object's bytes) holds at most this
+ANSWER_SECONDS = 300.0  # and its body arrives within this (CompleteMultipartUpload keeps the line open with spaces)
+LIST_SECONDS = 600.0  # a whole listing, page after page
+MALFORMED = (KeyError, TypeError, ValueError)  # what botocore's parser and handlers raise on an answer out of shape
+SAID_CHARS = 200  # of what an S3 server says in an error, in a message
+SENT_SECRETS = re.compile(r"(?:Credential=|Signature=)([^/,\s]+)")  # of a request's Authorization header
+
+
+class AnswerRefused(BotoCoreError):
+    """An answer too large or too slow to be read whole."""
+    fmt = "{why}"
+
+
+class _HTTPConnection(_HeadersInTime, AWSHTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_HeadersInTime, AWSHTTPSConnection):
+    pass
+
+
+class _HTTPPool(AWSHTTPConnectionPool):
+    ConnectionCls = _HTTPConnection
+
+
+class _HTTPSPool(AWSHTTPSConnectionPool):
+    ConnectionCls = _HTTPSConnection
+
+
+def _read_answer(raw) -> bytes:
+    """The whole body of `raw` (a urllib3 response): at most ANSWER_BYTES, within ANSWER_SECONDS (then a timer shuts
+    its socket down: a server that drips bytes never holds the read). Its connection is closed unless all was read."""
+    late, chunks, total, conn = threading.Event(), [], 0, raw.connection
+
+    def cut() -> None:
+        late.set()
+        with contextlib.suppress(OSError, AttributeError):  # closed meanwhile; TLS to a proxy wraps a socket
+            getattr(conn.sock, "socket", conn.sock).shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(ANSWER_SECONDS, cut)
+    timer.daemon = True
+    timer.start()
+    problem: BotoCoreError | None = None
+    try:
+        while chunk := raw.read(1 << 16):
+            if (total := total + len(chunk)) > ANSWER_BYTES:
+                problem = AnswerRefused(why=f"an answer held over {ANSWER_BYTES} bytes")
+                break
+            chunks.append(chunk)
+    except (HTTPError, http.client.HTTPException, OSError) as e:
+        problem = HTTPClientError(error=e)  # a cut connection: botocore retries it
+    finally:
+        timer.cancel()
+        timer.join()
+    if late.is_set():
+        problem = AnswerRefused(why=f"an answer's body took over {ANSWER_SECONDS:.0f} s")
+    if problem is not None:
+        raw.close()
+        if conn is not None:
+            conn.close()  # even once handed back to its pool: it may hold the rest of the answer
+        raise problem
+    return b"".join(chunks)
+
+
+class _BoundedSession:
+    """botocore's HTTP session, every answer bounded: its headers in `hub.HEADERS_SECONDS` (`_HeadersInTime`), and
+    a body read whole (all but an object's bytes: `s3_transfer` reads those, watched) by `_read_answer`."""
+
+    def __init__(self, session):
+        session._pool_classes_by_scheme.update(http=_HTTPPool, https=_HTTPSPool)  # shared by its proxies' managers
+        self._session = session
+
+    def __getattr__(self, name: str):
+        return getattr(self._session, name)
+
+    def send(self, request):
+        streamed, request.stream_output = request.stream_output, True
+        try:
+            response = self._session.send(request)
+        finally:
+            request.stream_output = streamed
+        if not streamed or response.status_code >= 300:
+            response._content = _read_answer(response.raw)
+        if response.status_code >= 300:  # an error may repeat what it was sent: never the credentials
+            for secret in _sent_secrets(request.headers):
+                response._content = response._content.replace(secret, b"...")
+        return response
+
+
+def _sent_secrets(headers) -> list[bytes]:
+    """What of a request's credentials an answer must not repeat: its session token, access key id, signature."""
+    found = [headers.get("X-Amz-Security-Token"), *SENT_SECRETS.findall(str(headers.get("Authorization", "")))]
+    return [v.encode() if isinstance(v, str) else v for v in found if v]
+
+
+def _said(text: object) -> str:
+    """What an S3 server said, as one line of at most SAID_CHARS characters."""
+    line = " ".join(str(text or "").split())
+    return line if len(line) <= SAID_CHARS else f"{line[:SAID_CHARS]}..."
 
 
 def make_client(s3: S3Settings, credentials: dict | None = None):
@@ -67,7 +172,9 @@ def make_client(s3: S3Settings, credentials: dict | None = None):
                     retries={"max_attempts": 5, "mode": "standard"}, max_pool_connections=64,
                     connect_timeout=10, read_timeout=120)
     session = boto3.session.Session(**(credentials or {}))
-    return session.client("s3", endpoint_url=s3.endpoint_url, region_name=s3.region, config=config)
+    client = session.client("s3", endpoint_url=s3.endpoint_url, region_name=s3.region, config=config)
+    client._endpoint.http_session = _BoundedSession(client._endpoint.http_session)  # botocore bounds only each read
+    return client
 
 
 def s3_error(error: Exception, what: str) -> DownloadError:
@@ -79,11 +186,22 @@ def s3_error(error: Exception, what: str) -> DownloadError:
         code = error.response.get("Error", {}).get("Code", "")
         status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         permanent = code in PERMANENT_CODES or status in (400, 401, 403, 404)
-        return DownloadError(f"S3 answered {code or status} for {what}: "
-                             f"{error.response.get('Error', {}).get('Message', '')}; "
+        return DownloadError(f"S3 answered {_said(code or status)} for {what}: "
+                             f"{_said(error.response.get('Error', {}).get('Message'))}; "
                              f"{'fix the bucket, prefix or credentials' if permanent else 'will retry'}",
                              permanent=permanent)
+    if isinstance(error, MALFORMED):
+        return DownloadError(f"S3 answered what cannot be read for {what} ({type(error).__name__}: "
+                             f"{shown(str(error))}); will retry")
     return DownloadError(f"cannot reach S3 for {what}: {error}; will retry")
+
+
+def _call(method, what: str, **params) -> dict:
+    """`method(**params)` (a client's), any error it raises one DownloadError line (`s3_error`)."""
+    try:
+        return method(**params)
+    except (BotoCoreError, ClientError, *MALFORMED) as e:
+        raise s3_error(e, what) from None
 
 
 def split_uri(uri: str) -> tuple[str, str]:
@@ -114,31 +232,30 @@ def _objects(client, bucket: str, prefix: str, what: str, limits: Limits, segmen
     LIST_PAGE a page, EMPTY_PAGES truncated pages in a row without a key, and `limits.max_manifest_files` objects
     in all."""
     found: list[dict] = []
-    token, empty = None, 0
-    try:
-        while True:
-            page = client.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=LIST_PAGE,
-                                          **({"ContinuationToken": token} if token else {}))
-            contents = page.get("Contents") or []
-            if len(contents) > LIST_PAGE:
-                raise DownloadError(f"refusing the listing of {what}: a page of {len(contents)} objects (S3 lists "
-                                    f"at most {LIST_PAGE})", permanent=True)
-            for o in contents:
-                if problem := _key_problem(o.get("Key"), prefix, found[-1]["Key"] if found else None, segments):
-                    raise DownloadError(f"refusing the listing of {what}: {problem}", permanent=True)
-                found.append(o)
-            check_count(what, len(found), limits)
-            if not page.get("IsTruncated"):
-                return found
-            empty = 0 if contents else empty + 1
-            if not (token := page.get("NextContinuationToken")):
-                raise DownloadError(f"refusing the listing of {what}: a page says more follow but gives no "
-                                    "continuation token; will retry")
-            if empty >= EMPTY_PAGES:
-                raise DownloadError(f"refusing the listing of {what}: {empty} pages in a row say more follow and "
-                                    "hold no object; will retry")
-    except (BotoCoreError, ClientError) as e:
-        raise s3_error(e, what) from None
+    token, empty, deadline = None, 0, time.monotonic() + LIST_SECONDS
+    while True:
+        if time.monotonic() > deadline:
+            raise DownloadError(f"refusing the listing of {what}: it took over {LIST_SECONDS:.0f} s; will retry")
+        page = _call(client.list_objects_v2, what, Bucket=bucket, Prefix=prefix, MaxKeys=LIST_PAGE,
+                     **({"ContinuationToken": token} if token else {}))
+        contents = page.get("Contents") or []
+        if len(contents) > LIST_PAGE:
+            raise DownloadError(f"refusing the listing of {what}: a page of {len(contents)} objects (S3 lists "
+                                f"at most {LIST_PAGE})", permanent=True)
+        for o in contents:
+            if problem := _key_problem(o.get("Key"), prefix, found[-1]["Key"] if found else None, segments):
+                raise DownloadError(f"refusing the listing of {what}: {problem}", permanent=True)
+            found.append(o)
+        check_count(what, len(found), limits)
+        if not page.get("IsTruncated"):
+            return found
+        empty = 0 if contents else empty + 1
+        if not (token := page.get("NextContinuationToken")):
+            raise DownloadError(f"refusing the listing of {what}: a page says more follow but gives no "
+                                "continuation token; will retry")
+        if empty >= EMPTY_PAGES:
+            raise DownloadError(f"refusing the listing of {what}: {empty} pages in a row say more follow and "
+                                "hold no object; will retry")
 
 
 def list_source(client, source: S3Source, limits: Limits = Limits(), include: list[str] | None = None,
@@ -165,11 +282,18 @@ def list_source(client, source: S3Source, limits: Limits = Limits(), include: li
                                 f"{shown(o.get('ETag'))} is not one: it was uploaded in parts); upload it again in "
                                 "one part (e.g. `aws s3 cp` with a multipart_threshold above its size, up to 5 GiB)",
                                 permanent=True)
-        files.append(RemoteFile(name, o["Size"], "", md5=plain.group(1)))
+        files.append(RemoteFile(name, o.get("Size"), "", md5=plain.group(1)))  # a size checked below
     listing = "\n".join(f"{f.path}\0{f.size}\0{objects[f.path]['ETag']}" for f in files)
     commit = hashlib.sha1(listing.encode()).hexdigest()
     return check_snapshot(Snapshot(source.repo_id, commit, tuple(files), copy_name(commit, include, exclude)),
                           source.uri, limits)
+
+
+def _changed(response: dict, remote: RemoteFile) -> bool:
+    """An s3:// source's object is no longer the one listed: the ETag of its GET is not the MD5 its listing gave."""
+    etag = response.get("ETag")
+    plain = PLAIN_ETAG.fullmatch(etag) if isinstance(etag, str) else None
+    return bool(remote.md5) and etag is not None and (plain is None or plain.group(1) != remote.md5)
 
 
 def s3_transfer(client, uri: str) -> Transfer:
@@ -178,15 +302,17 @@ def s3_transfer(client, uri: str) -> Transfer:
 
     def transfer(remote: RemoteFile, start: int, end: int, write: Callable[[memoryview], None]) -> None:
         what = f"s3://{bucket}/{prefix}{remote.path}"
-        try:
-            response = client.get_object(Bucket=bucket, Key=prefix + remote.path, Range=f"bytes={start}-{end - 1}")
-        except (BotoCoreError, ClientError) as e:
-            raise s3_error(e, what) from None
+        response = _call(client.get_object, what, Bucket=bucket, Key=prefix + remote.path,
+                         Range=f"bytes={start}-{end - 1}")
         raw = response["Body"]._raw_stream  # the urllib3 response under botocore's StreamingBody
         left = end - start
         try:
             if not response.get("ContentRange", "").startswith(f"bytes {start}-"):
                 raise DownloadError(f"S3 did not honour a Range request for {what}; will retry")
+            if _changed(response, remote):
+                raise DownloadError(f"{what} changed since it was listed (its ETag is {_said(response.get('ETag'))}, "
+                                    f"not the MD5 {remote.md5}); delete the model and declare it again to fetch "
+                                    "the new objects", permanent=True)
             with current().abortable(raw.shutdown):
                 left -= read_body(raw, left, write)
         except (HTTPError, http.client.HTTPException, OSError) as e:  # cut mid-body, or no data within the timeout
@@ -214,9 +340,10 @@ def staged(client, bucket: str, key: str, remote: RemoteFile) -> bool:
         if e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
             return False
         raise s3_error(e, f"s3://{bucket}/{key}") from None
-    except BotoCoreError as e:
+    except (BotoCoreError, *MALFORMED) as e:
         raise s3_error(e, f"s3://{bucket}/{key}") from None
-    return head["ContentLength"] == remote.size and head.get("Metadata", {}).get(DIGEST_KEY) == expected_digest(remote)
+    return head.get("ContentLength") == remote.size and \
+        head.get("Metadata", {}).get(DIGEST_KEY) == expected_digest(remote)
 
 
 def stage_snapshot(client, uri: str, snapshot: Snapshot,
@@ -285,13 +412,14 @@ def delete_prefix(client, bucket: str, prefix: str, limits: Limits) -> int:
     try:
         keys = [o["Key"] for o in _objects(client, bucket, prefix, uri, limits, segments=True)]  # under `prefix`
         for start in range(0, len(keys), 1000):
-            response = client.delete_objects(Bucket=bucket, Delete={
+            response = _call(client.delete_objects, uri, Bucket=bucket, Delete={
                 "Objects": [{"Key": k} for k in keys[start:start + 1000]], "Quiet": True})
             if errors := response.get("Errors"):
                 first = errors[0]
                 raise CleanupError(f"S3 refused to delete {len(errors)} object(s) under {uri}: "
-                                   f"{first.get('Key')}: {first.get('Code')} {first.get('Message', '')}".rstrip())
-        left = client.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1).get("KeyCount", 0)
+                                   f"{_said(first.get('Key'))}: {_said(first.get('Code'))} "
+                                   f"{_said(first.get('Message'))}".rstrip())
+        left = _call(client.list_objects_v2, uri, Bucket=bucket, Prefix=prefix, MaxKeys=1).get("KeyCount", 0)
     except (BotoCoreError, ClientError, DownloadError) as e:
         reason = e if isinstance(e, DownloadError) else s3_error(e, uri)
         raise CleanupError(str(reason)) from None

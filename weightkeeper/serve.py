@@ -9,11 +9,13 @@ process's own clients get in their environment or settings, never on a command l
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from weightkeeper.config import Settings
@@ -36,17 +38,62 @@ def start_workers(settings: Settings) -> list[subprocess.Popen]:
     env.setdefault("PREFECT_WORKER_QUERY_SECONDS", str(WORKER_QUERY_SECONDS))
     if settings.config_path:
         env["WEIGHTKEEPER_CONFIG"] = str(settings.config_path)
-    return [spawn(["weightkeeper.worker", "--pool", pool, "--work-queue", queue, "--type", "process",
-                   "--limit", str(settings.worker_run_limit), "--name", f"{pool}-{queue}-worker"],
-                  settings.home / "logs" / f"worker-{pool}-{queue}.log", env)
-            for pool, queue in worker_queues(settings) if pool not in settings.kubernetes_pools]
+    workers: list[subprocess.Popen] = []
+    try:  # an interrupt half-way stops those already started
+        for pool, queue in worker_queues(settings):
+            if pool not in settings.kubernetes_pools:
+                workers.append(spawn(["weightkeeper.worker", "--pool", pool, "--work-queue", queue, "--type", "process",
+                                      "--limit", str(settings.worker_run_limit), "--name", f"{pool}-{queue}-worker"],
+                                     settings.home / "logs" / f"worker-{pool}-{queue}.log", env))
+    except BaseException:
+        stop_workers(workers)
+        raise
+    return workers
+
+
+def stop_workers(workers: list[subprocess.Popen]) -> None:
+    """SIGTERM every worker's process group at once, then `stop` each (SIGKILL after 20 s): at most 20 s in all."""
+    for worker in workers:
+        if worker.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(worker.pid, signal.SIGTERM)
+    for worker in workers:
+        stop(worker)
+
+
+def _stop_signal(signum, frame) -> None:
+    """The first SIGTERM or SIGINT unwinds serve, whose `finally`s stop what it started; later ones are ignored, so
+    that a second Ctrl-C or a supervisor's repeated SIGTERM cannot cut that short and leave workers running."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    sys.exit(0)
+
+
+def _serve_api(app, host: str, port: int, workers: list[subprocess.Popen], logs) -> None:
+    """The API in the foreground until interrupted, or until a worker exits: then serve exits with an error (nothing
+    would run what the API starts), for its supervisor to start it again."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info"))
+
+    def watch() -> None:
+        while not server.should_exit:
+            if any(w.poll() is not None for w in workers):
+                server.should_exit = True
+            time.sleep(1)
+
+    threading.Thread(target=watch, name="worker-watch", daemon=True).start()
+    server.run()
+    if any(w.poll() is not None for w in workers):
+        raise WeightkeeperError(f"a worker exited; see {logs}")
 
 
 def serve(settings: Settings, port: int, api_host: str, api_port: int | None, prefect_host: str | None = None,
           prefect_auth: bool = False) -> int:
     """Serve until interrupted; the API in the foreground unless `api_port` is None. The Prefect server started
     here listens on `prefect_host` (default loopback); `prefect_auth` requires its credential on loopback too."""
-    import uvicorn
     from prefect.settings import PREFECT_API_URL
 
     from weightkeeper.api import create_app
@@ -57,22 +104,23 @@ def serve(settings: Settings, port: int, api_host: str, api_port: int | None, pr
                                 "PREFECT_API_URL names one: unset it, or drop the options")
     # A supervisor stops services with SIGTERM; make it unwind the `finally`s so no worker or server is left
     # behind (uvicorn re-raises the signal after its own shutdown, which would otherwise kill us on the spot).
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGTERM, _stop_signal)
+    signal.signal(signal.SIGINT, _stop_signal)
     note = functools.partial(_credential_note, settings, bool(os.environ.get(AUTH_ENV)))  # before prefect_api sets it
+    logs = settings.home / "logs"
     with prefect_api(settings.home, port, prefect_host or LOOPBACK, prefect_auth) as url:
         names = apply_deployments(settings)
         workers = start_workers(settings)
-        print(f"Prefect API {url}{note()}; deployments: {', '.join(names)}; workers for "
-              f"{', '.join(settings.pools)} (logs in {settings.home / 'logs'})", flush=True)
         try:
+            print(f"Prefect API {url}{note()}; deployments: {', '.join(names)}; workers for "
+                  f"{', '.join(settings.pools)} (logs in {logs})", flush=True)
             if api_port is None:
                 while all(w.poll() is None for w in workers):
                     time.sleep(1)
-                raise WeightkeeperError(f"a worker exited; see {settings.home / 'logs'}")
-            uvicorn.run(create_app(settings), host=api_host, port=api_port, log_level="info")
+                raise WeightkeeperError(f"a worker exited; see {logs}")
+            _serve_api(create_app(settings), api_host, api_port, workers, logs)
         finally:
-            for worker in workers:
-                stop(worker)
+            stop_workers(workers)
     return 0
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from weightkeeper.errors import DownloadCancelled, DownloadError
+from weightkeeper.errors import DeadlineExceeded, DownloadCancelled, DownloadError
 
 TICK = 0.5
 ORPHANED = threading.Event()  # this process's parent is gone: every fetch stops, keeping its partial files
@@ -147,8 +147,8 @@ class Watchdog:
                     raise DownloadCancelled(f"{self.what} stopped: the process that started this run is gone; "
                                             "the partial files are kept for the next run")
                 if time.monotonic() > self.deadline:
-                    raise DownloadError(f"{self.what} exceeded its timeout; `weightkeeper model ensure` resumes it "
-                                        "from the partial files", permanent=True)
+                    raise DeadlineExceeded(f"{self.what} exceeded its timeout; `weightkeeper model ensure` resumes "
+                                           "it from the partial files")
                 self.poll()
                 self._check_pace(time.monotonic())
             except BaseException as e:  # noqa: BLE001 - the fetch raises it

@@ -51,6 +51,11 @@ class Artifact:
                 "sizeBytes": self.size_bytes, "models": sorted({u.model for u in self.users})}
 
 
+def by_repair(p: LocalPathRow) -> bool:
+    """A path a repair of its shared copy failed (`set_users`): nothing wrote to it since (as `copies.CHECKED`)."""
+    return p.status == FAILED and p.checked_at is not None and _utc(p.checked_at) >= _utc(p.updated_at)
+
+
 class ArtifactOps:
     """Mixed into `Registry`; uses its `_tx`, `_model`, `_path` and lease operations."""
 
@@ -151,24 +156,27 @@ class ArtifactOps:
 
     def set_users(self, artifact_id: int, status: str, message: str, by_owner: dict[str, str] | None = None
                   ) -> list[str]:
-        """Set the status of every live path linked to a copy (Failed during repair, Ready after) and
-        the phase of their models to match, with `message` (`by_owner`: an owner's models get theirs instead);
-        returns the models touched."""
+        """Set the status of the live paths linked to a copy that stand on it (Failed during repair, Ready after)
+        and the phase of their models to match, with `message` (`by_owner`: an owner's models get theirs instead);
+        returns the models touched. Only a Ready path is failed, and only one a repair failed (`by_repair`) is
+        restored: a path failed for a reason of its own (its link replaced, its download) keeps its status."""
         with self._tx() as s:
             rows = s.scalars(select(LocalPathRow).where(LocalPathRow.artifact_id == artifact_id)).all()
             touched = []
             for p in rows:
                 model = self._model(s, p.model.name)
-                if model.phase == DELETING:
+                if model.phase == DELETING or not (p.status == READY or by_repair(p)):
                     continue
                 text = scrub_message((by_owner or {}).get(model.owner_name, message))
-                p.status, p.message, p.updated_at = status, text, utcnow()
+                p.status, p.message = status, text
+                p.updated_at = p.checked_at = utcnow()  # Failed so: `by_repair`
                 if p.retired:  # an old path never decides its model's phase
                     continue
+                phase, why = derive_phase(model.phase, model.message, model.paths)
                 if status == FAILED:
                     model.phase, model.message = FAILED, text
-                elif derive_phase(model.phase, model.message, model.paths)[0] == READY:
-                    model.phase, model.message = READY, text
+                elif phase in (READY, FAILED):  # Failed: another path's own reason, named
+                    model.phase, model.message = phase, text if phase == READY else why
                 touched.append(model.name)
             return touched
 

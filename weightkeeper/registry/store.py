@@ -296,18 +296,24 @@ def open_registry(url: str) -> Registry:
     cannot be reached, refuses the login, is locked or read-only, ...)."""
     try:
         return Registry(_engine(url))
-    except ArgumentError as e:
+    except (ArgumentError, ValueError) as e:
         raise ConfigError(f"registry_url {_shown(url)}: {e}; use sqlite:///PATH or postgresql+psycopg://...") from None
+    except ImportError as e:
+        raise ConfigError(f"registry_url {_shown(url)}: its database driver is not installed here ({e}); use "
+                          "sqlite:///PATH or postgresql+psycopg://...") from None
     except OperationalError as e:
         why = (str(e.orig).strip().splitlines() or [type(e.orig).__name__])[0]
         raise UnavailableError(f"the registry at {_shown(url)} cannot be used: {why}") from e
 
 
 def _shown(url: str) -> str:
+    """`url` as a message may show it: its password and query (which may carry one) hidden; only the scheme of a URL
+    that does not parse."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return repr(url)
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return repr(url.partition("://")[0] + "://..." if "://" in url else "...")
+    return parsed.set(query={}).render_as_string(hide_password=True) + ("?..." if parsed.query else "")
 
 
 _PATH_LOCK = 7_243_001  # advisory lock key for decisions that read other models' paths
