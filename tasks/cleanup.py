@@ -19,7 +19,7 @@ from weightkeeper.errors import CleanupError, DownloadError, LinkInTheWayError, 
 from weightkeeper.events import emit_phase
 from weightkeeper.anchored import remove_under
 from weightkeeper.fsops import LEGACY, open_copy, remove_model_files, remove_model_path
-from weightkeeper.config import DOWNLOAD_FLOW, Settings, Workspace, job_run_name
+from weightkeeper.config import DOWNLOAD_FLOW, Settings, job_run_name
 from weightkeeper.guard import check_removable, check_staged_prefix
 from weightkeeper.pods import live_pods
 from weightkeeper.lease import renewed
@@ -131,22 +131,18 @@ def _job_runs(name: str, workspace: str) -> list:
     return runs
 
 
-def _renamed_to(settings: Settings, entry) -> Workspace:
-    """The workspace an undeclared one was renamed to: of the path's cluster, its volume holding the path, and its
-    jobs run where the path's cleanup runs (the pool the old name falls back to, not Kubernetes); else
-    `UnsafePathError` saying what to declare (the cleanup could run where that volume is not mounted)."""
+def _undeclared(settings: Settings, entry) -> str:
+    """Why a path whose workspace left the config is not removed, and what to declare: a workspace of the same
+    cluster whose volume holds the path may be the same one renamed, or another filesystem mounted at the same
+    path (another host's disk, a Kubernetes volume), which only the admin knows."""
     config = settings.config_path or "$WEIGHTKEEPER_CONFIG"
     gone = f"refusing to remove {entry.path!r}: workspace {entry.workspace!r} is no longer declared in {config}"
-    same = [w for w in settings.workspaces if w.cluster == entry.cluster and w.volume
-            and entry.path.startswith(w.volume.rstrip("/") + "/")]
-    if ws := next((w for w in same if w.kubernetes is None
-                   and settings.pool_for(w.name) == settings.pool_for(entry.workspace)), None):
-        return ws
-    if same:
-        raise UnsafePathError(f"{gone}; workspace {same[0].name!r} holds its volume, but its jobs run elsewhere than "
-                              f"the path's cleanup: declare {entry.workspace!r} again beside it (cluster "
-                              f"{entry.cluster!r}, volume {same[0].volume!r}) until the deletion finishes")
-    raise UnsafePathError(f"{gone}; declare it again with the volume that holds this path so its files can be removed")
+    if ws := next((w for w in settings.workspaces if w.cluster == entry.cluster and w.volume
+                   and entry.path.startswith(w.volume.rstrip("/") + "/")), None):
+        return (f"{gone}; workspace {ws.name!r} holds its volume: if it is {entry.workspace!r} renamed, declare "
+                f"{entry.workspace!r} again beside it (cluster {entry.cluster!r}, volume {ws.volume!r}) until the "
+                "deletion finishes")
+    return f"{gone}; declare it again with the volume that holds this path so its files can be removed"
 
 
 def _retry_cleanup(task, task_run, state) -> bool:
@@ -197,9 +193,7 @@ def _clean(settings: Settings, registry, name: str, entry, holder: Holder, attem
             logger.info("%s: %s is also used by live model %r; files kept", name, entry.path, other)
             return "kept"
         if settings.workspace(entry.workspace) is None:
-            renamed = _renamed_to(settings, entry)
-            logger.info("%s: workspace %r is no longer declared; %s is on the volume of workspace %r, cleaned as its "
-                        "path", name, entry.workspace, entry.path, renamed.name)
+            raise UnsafePathError(_undeclared(settings, entry))
         check_removable(entry.path, settings.volume_rules)
         if entry.adopted and entry.made == LEGACY:  # it held others' files first: take away only what weightkeeper put there
             files = [f["path"] for f in registry.get_model(name).files or []]

@@ -31,8 +31,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._reply(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404})
                 return
             misbehave = fake.misbehave
-            key, _, value = selector.partition("=")
-            items = [{"metadata": {"name": pod, "namespace": parts[3], "labels": {key: value}},
+            labels = dict(term.partition("=")[::2] for term in selector.split(","))  # pods are kept by the first's
+            value = labels[selector.partition("=")[0]]
+            items = [{"metadata": {"name": pod, "namespace": parts[3], "labels": labels},
                       "status": {"phase": phase}} for pod, phase in fake.pods.get((parts[3], value), [])]
         if misbehave in ("drip", "flood"):
             self._endless(misbehave == "drip")
@@ -86,8 +87,8 @@ class _Server(ThreadingHTTPServer):
 
 
 class FakeKubernetes:
-    """`pods[(namespace, flow_run_id)] = [(pod name, phase), ...]`; `requests` lists (path, labelSelector);
-    `jobs` lists the (namespace in the URL, Job body) created."""
+    """`pods[(namespace, the value of a selector's first label: a flow run id or a model)] = [(pod name, phase), ...]`;
+    `requests` lists (path, labelSelector); `jobs` lists the (namespace in the URL, Job body) created."""
 
     def __init__(self):
         self.lock = threading.Lock()

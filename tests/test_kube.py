@@ -527,7 +527,8 @@ def test_a_pod_of_a_run_prefect_no_longer_knows_still_counts(tmp_path):
     try:
         cluster.pods[("team-a", "forgotten")] = [("download-forgotten-gpu-z9", "Running")]
         assert live_pods(target, [], model="forgotten") == ["team-a/download-forgotten-gpu-z9"]
-        assert ("/api/v1/namespaces/team-a/pods", "weightkeeper.io/model=forgotten") in cluster.requests
+        selector = "weightkeeper.io/model=forgotten,prefect.io/flow-name=download-to-path"  # downloads, not cleanups
+        assert ("/api/v1/namespaces/team-a/pods", selector) in cluster.requests
         cluster.pods[("team-a", "forgotten")] = [("download-forgotten-gpu-z9", "Succeeded")]
         assert live_pods(target, [], model="forgotten") == []
     finally:

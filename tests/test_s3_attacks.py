@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from weightkeeper import hub, s3
+from weightkeeper import s3
 from weightkeeper.anchored import Dir
 from weightkeeper.config import S3Settings
 from weightkeeper.download import NAME_CHARS, RemoteFile, Snapshot
@@ -109,7 +109,7 @@ def endless_body(status: str):
 @pytest.fixture
 def fast(monkeypatch):
     """Short bounds, and botocore's retries without their back-off (each is still made)."""
-    monkeypatch.setattr(hub, "HEADERS_SECONDS", 0.5)
+    monkeypatch.setattr(s3, "HEADERS_SECONDS", 0.5)
     monkeypatch.setattr(s3, "ANSWER_SECONDS", 1.0)
     monkeypatch.setattr(s3, "ANSWER_BYTES", 1 << 20)
     monkeypatch.setattr("botocore.retries.standard.ExponentialBackoff.delay_amount", lambda self, context: 0)

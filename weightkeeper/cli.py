@@ -8,6 +8,7 @@ import getpass
 import json
 import logging
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -436,6 +437,16 @@ def _interrupted(args) -> str:
     return f"interrupted: the partial files of model {name} are kept; `weightkeeper model ensure {name}` resumes"
 
 
+def _reader_left() -> bool:
+    """Whether stdout is a pipe whose reader has gone (poll says POLLERR)."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (OSError, ValueError):  # stdout closed, or not a file
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -449,9 +460,11 @@ def main(argv: list[str] | None = None) -> int:
         why = (str(e.orig).strip().splitlines() or [type(e.orig).__name__])[0]
         where = args.config or "$WEIGHTKEEPER_CONFIG"
         return _error(f"the registry failed: {why}; retry, or check registry_url in {where}", 1)
-    except BrokenPipeError:  # the reader left (`| head`): stop quietly, as a pipeline expects
+    except BrokenPipeError as e:
+        if not _reader_left():  # a socket's (the registry's, Prefect's): an error like any other
+            return _error(str(e), 1)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nor fail flushing stdout at exit
-        return 141
+        return 141  # the reader left (`| head`): stop quietly, as a pipeline expects
     except OSError as e:
         return _error(str(e), 1)
     except KeyboardInterrupt:

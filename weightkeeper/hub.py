@@ -84,10 +84,13 @@ _pools: dict[str | None, urllib3.PoolManager] = {}
 _pools_lock = threading.Lock()
 
 
-class _HeadersInTime:
-    """A connection whose answer's status line and headers must all arrive within HEADERS_SECONDS of asking. The
+class HeadersInTime:
+    """A connection whose answer's status line and headers must all arrive within `headers_seconds()` of asking. The
     read timeout bounds one read; a server that drips its headers a byte per read would hold the request as long
     as it likes, so a timer shuts the socket down at the deadline (the body has its pace and deadline: `watchdog`)."""
+
+    def headers_seconds(self) -> float:
+        return HEADERS_SECONDS
 
     def getresponse(self):
         late = threading.Event()
@@ -97,36 +100,36 @@ class _HeadersInTime:
             with contextlib.suppress(OSError, AttributeError):  # closed meanwhile; TLS to a proxy wraps a socket
                 getattr(self.sock, "socket", self.sock).shutdown(socket.SHUT_RDWR)
 
-        timer = threading.Timer(HEADERS_SECONDS, cut)
+        timer = threading.Timer(bound := self.headers_seconds(), cut)
         timer.daemon = True
         timer.start()
         try:
             response = super().getresponse()
         except Exception:
             if late.is_set():
-                raise HeadersTooSlow() from None
+                raise HeadersTooSlow(bound) from None
             raise
         finally:
             timer.cancel()
             timer.join()  # a cut under way has ended: `late` says whether there was one
         if late.is_set():  # cut: the headers read until then, as if they had ended
             response.close()
-            raise HeadersTooSlow()
+            raise HeadersTooSlow(bound)
         return response
 
 
 class HeadersTooSlow(http.client.HTTPException):
-    """An answer's headers were not all in by HEADERS_SECONDS (urllib3 gives it as a read error, not retried)."""
+    """An answer's headers were not all in within their bound (urllib3 gives it as a read error)."""
 
-    def __init__(self):
-        super().__init__(f"the answer's headers took over {HEADERS_SECONDS:.0f} s")
+    def __init__(self, seconds: float):
+        super().__init__(f"the answer's headers took over {seconds:.0f} s")
 
 
-class _HTTPConnection(_HeadersInTime, urllib3.connection.HTTPConnection):
+class _HTTPConnection(HeadersInTime, urllib3.connection.HTTPConnection):
     pass
 
 
-class _HTTPSConnection(_HeadersInTime, urllib3.connection.HTTPSConnection):
+class _HTTPSConnection(HeadersInTime, urllib3.connection.HTTPSConnection):
     pass
 
 
@@ -242,7 +245,7 @@ def route(location: str, endpoint: str, allowed: Collection[str]) -> Route:
 
 def _get(to: Route, headers: dict[str, str], timeout: urllib3.Timeout,
          method: str = "GET") -> urllib3.BaseHTTPResponse:
-    """A GET (or `method`) of `to.url` (no redirect followed), its headers in time (`_HeadersInTime`). When its host
+    """A GET (or `method`) of `to.url` (no redirect followed), its headers in time (`HeadersInTime`). When its host
     was checked by its addresses, at those addresses only, the next one tried when one cannot be connected to (as
     urllib3 tries a name's), with the host's name for TLS and `Host`; unless a proxy resolves the name."""
     pool = _pool(to.url)

@@ -1,17 +1,19 @@
 """What still runs in a workspace's cluster for a model's jobs: pod lists read from the cluster's API with the
-`kubernetes` client's configuration (address, credentials, TLS), each answer bounded in time and bytes and checked
-before it is believed."""
+`kubernetes` client's configuration (address, credentials, TLS), each answer's body bounded in time and bytes (its
+headers by the per-read timeout only) and checked before it is believed."""
 
 from __future__ import annotations
 
 import json
 import time
 
+from weightkeeper.config import DOWNLOAD_FLOW
 from weightkeeper.errors import CleanupError
 from weightkeeper.kube import LABEL, KubernetesTarget
 
 RUN_LABEL = "prefect.io/flow-run-id"  # set by the Kubernetes worker on the Job and its pods
 MODEL_LABEL = f"{LABEL}/model"  # set by weightkeeper's job variables (`kube.job_variables`), whatever Prefect keeps
+FLOW_LABEL = "prefect.io/flow-name"  # set by the worker: a model's downloads, not its path cleanups
 API_TIMEOUT_SECONDS = 30  # per pod list, whole answer included
 MAX_ANSWER_BYTES = 8 << 20  # a pod list of one run or model is a few KiB
 FINISHED = ("Succeeded", "Failed")
@@ -78,9 +80,10 @@ def _unfinished(pod: dict) -> bool:
 
 
 def live_pods(target: KubernetesTarget, run_ids: list[str], model: str | None = None) -> list[str]:
-    """Pods of these flow runs, or labelled with `model` (those of runs Prefect no longer knows), that have not
+    """Pods of these flow runs, or of `model`'s downloads (those of runs Prefect no longer knows), that have not
     finished."""
-    selectors = [f"{RUN_LABEL}={run_id}" for run_id in run_ids] + ([f"{MODEL_LABEL}={model}"] if model else [])
+    selectors = [f"{RUN_LABEL}={run_id}" for run_id in run_ids] + (
+        [f"{MODEL_LABEL}={model},{FLOW_LABEL}={DOWNLOAD_FLOW}"] if model else [])
     if not selectors:
         return []
     try:

@@ -238,14 +238,14 @@ def spawn(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
                                 stdin=subprocess.DEVNULL, start_new_session=True)
 
 
-def stop(proc: subprocess.Popen) -> None:
-    """SIGTERM to the process group, SIGKILL after 20 s."""
+def stop(proc: subprocess.Popen, deadline: float | None = None) -> None:
+    """SIGTERM to the process group, SIGKILL after 20 s (or at `deadline`, monotonic: one for several processes)."""
     if proc.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
     try:
-        proc.wait(20)
+        proc.wait(20 if deadline is None else max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

@@ -47,7 +47,7 @@ from weightkeeper.download import (
     shown,
 )
 from weightkeeper.errors import CleanupError, DownloadError
-from weightkeeper.hub import _HeadersInTime
+from weightkeeper.hub import HeadersInTime
 from weightkeeper.layout import S3Source, copy_name, parse_s3_uri
 from weightkeeper.planning import select_files
 from weightkeeper.watchdog import Pace, current, read_body
@@ -56,11 +56,14 @@ DIGEST_KEY = "wk-digest"
 PART_BYTES = 16 << 20
 TRANSFER = TransferConfig(multipart_threshold=PART_BYTES, multipart_chunksize=PART_BYTES, max_concurrency=8)
 PLAIN_ETAG = re.compile(r'"?([0-9a-f]{32})"?')
+PARTS_ETAG = re.compile(r'"?[0-9a-f]{32}-[0-9]{1,5}"?')  # an object uploaded in parts
 LIST_PAGE = 1000  # objects a ListObjectsV2 page holds at most (S3's own cap)
 EMPTY_PAGES = 100  # truncated pages in a row without an object: a server that leads the listing on
 PERMANENT_CODES = {"NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchKey",
                    "AllAccessDisabled", "InvalidBucketName", "InvalidObjectState"}
 CREDENTIAL_KEYS = {"aws_access_key_id", "aws_secret_access_key", "aws_session_token"}
+READ_SECONDS = 120  # botocore's bound of one read
+HEADERS_SECONDS = READ_SECONDS  # an answer's headers (a 1,000-key delete or a part's upload may take long to answer)
 ANSWER_BYTES = 16 << 20  # an answer read whole (a listing page, an error; never an object's bytes) holds at most this
 ANSWER_SECONDS = 300.0  # and its body arrives within this (CompleteMultipartUpload keeps the line open with spaces)
 LIST_SECONDS = 600.0  # a whole listing, page after page
@@ -72,6 +75,11 @@ SENT_SECRETS = re.compile(r"(?:Credential=|Signature=)([^/,\s]+)")  # of a reque
 class AnswerRefused(BotoCoreError):
     """An answer too large or too slow to be read whole."""
     fmt = "{why}"
+
+
+class _HeadersInTime(HeadersInTime):
+    def headers_seconds(self) -> float:
+        return HEADERS_SECONDS
 
 
 class _HTTPConnection(_HeadersInTime, AWSHTTPConnection):
@@ -126,7 +134,7 @@ def _read_answer(raw) -> bytes:
 
 
 class _BoundedSession:
-    """botocore's HTTP session, every answer bounded: its headers in `hub.HEADERS_SECONDS` (`_HeadersInTime`), and
+    """botocore's HTTP session, every answer bounded: its headers in HEADERS_SECONDS (`hub.HeadersInTime`), and
     a body read whole (all but an object's bytes: `s3_transfer` reads those, watched) by `_read_answer`."""
 
     def __init__(self, session):
@@ -170,7 +178,7 @@ def make_client(s3: S3Settings, credentials: dict | None = None):
                             f"aws_secret_access_key (and optionally aws_session_token)", permanent=True)
     config = Config(request_checksum_calculation="when_required", response_checksum_validation="when_required",
                     retries={"max_attempts": 5, "mode": "standard"}, max_pool_connections=64,
-                    connect_timeout=10, read_timeout=120)
+                    connect_timeout=10, read_timeout=READ_SECONDS)
     session = boto3.session.Session(**(credentials or {}))
     client = session.client("s3", endpoint_url=s3.endpoint_url, region_name=s3.region, config=config)
     client._endpoint.http_session = _BoundedSession(client._endpoint.http_session)  # botocore bounds only each read
@@ -290,10 +298,14 @@ def list_source(client, source: S3Source, limits: Limits = Limits(), include: li
 
 
 def _changed(response: dict, remote: RemoteFile) -> bool:
-    """An s3:// source's object is no longer the one listed: the ETag of its GET is not the MD5 its listing gave."""
-    etag = response.get("ETag")
-    plain = PLAIN_ETAG.fullmatch(etag) if isinstance(etag, str) else None
-    return bool(remote.md5) and etag is not None and (plain is None or plain.group(1) != remote.md5)
+    """An s3:// source's object is no longer the one listed: the ETag of its GET is another MD5 than its listing's,
+    or one of an upload in parts. Any other ETag (a weak one from a proxy) is not judged: the hash still is."""
+    etag = response.get("ETag") if remote.md5 else None
+    if not isinstance(etag, str):
+        return False
+    if plain := PLAIN_ETAG.fullmatch(etag):
+        return plain.group(1) != remote.md5
+    return bool(PARTS_ETAG.fullmatch(etag))
 
 
 def s3_transfer(client, uri: str) -> Transfer:

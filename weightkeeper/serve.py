@@ -52,13 +52,14 @@ def start_workers(settings: Settings) -> list[subprocess.Popen]:
 
 
 def stop_workers(workers: list[subprocess.Popen]) -> None:
-    """SIGTERM every worker's process group at once, then `stop` each (SIGKILL after 20 s): at most 20 s in all."""
+    """SIGTERM every worker's process group at once, then `stop` each by one deadline (SIGKILL past it): 20 s in all."""
     for worker in workers:
         if worker.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(worker.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
     for worker in workers:
-        stop(worker)
+        stop(worker, deadline)
 
 
 def _stop_signal(signum, frame) -> None:
@@ -88,6 +89,8 @@ def _serve_api(app, host: str, port: int, workers: list[subprocess.Popen], logs)
     server.run()
     if any(w.poll() is not None for w in workers):
         raise WeightkeeperError(f"a worker exited; see {logs}")
+    if not server.started:
+        raise WeightkeeperError(f"the API did not start on {host}:{port}; see the lines above")
 
 
 def serve(settings: Settings, port: int, api_host: str, api_port: int | None, prefect_host: str | None = None,
