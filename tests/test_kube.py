@@ -309,6 +309,22 @@ def quick_cleanup(wk, hub) -> str:
     """)
 
 
+def gpu_workspace(wk, hub, cluster, tmp_path) -> None:
+    """The config: one Kubernetes workspace `gpu` (namespace team-a of `cluster`) on team-a's volume."""
+    wk.config.write_text(quick_cleanup(wk, hub) + textwrap.dedent(f"""
+        [[workspaces]]
+        name = "gpu"
+        cluster = "east"
+        volume = "{wk.volumes['team-a']}"
+        work_pool = "kube-gpu"
+        [workspaces.kubernetes]
+        namespace = "team-a"
+        image = "registry.local/weightkeeper:0.1"
+        volume_claim = "models"
+        kubeconfig = "{cluster.kubeconfig(tmp_path / 'kubeconfig')}"
+    """))
+
+
 def test_delete_waits_until_no_pod_of_a_download_run_remains(wk, hub, tmp_path):
     from prefect import flow
     from prefect.client.orchestration import get_client
@@ -321,19 +337,7 @@ def test_delete_waits_until_no_pod_of_a_download_run_remains(wk, hub, tmp_path):
     from test_lifecycle import in_thread, wait_until
 
     cluster = FakeKubernetes()
-    volume = wk.volumes["team-a"]
-    wk.config.write_text(quick_cleanup(wk, hub) + textwrap.dedent(f"""
-        [[workspaces]]
-        name = "gpu"
-        cluster = "east"
-        volume = "{volume}"
-        work_pool = "kube-gpu"
-        [workspaces.kubernetes]
-        namespace = "team-a"
-        image = "registry.local/weightkeeper:0.1"
-        volume_claim = "models"
-        kubeconfig = "{cluster.kubeconfig(tmp_path / 'kubeconfig')}"
-    """))
+    gpu_workspace(wk, hub, cluster, tmp_path)
     hub.add_repo("acme/kube", tiny_files("kube"))
     wk.declare("kube", "hf://acme/kube")
     assert ensure_model("kube") == "Ready"
@@ -374,18 +378,7 @@ def test_delete_waits_for_a_pod_of_the_model_whose_run_prefect_no_longer_knows(w
     from test_lifecycle import in_thread, wait_until
 
     cluster = FakeKubernetes()
-    wk.config.write_text(quick_cleanup(wk, hub) + textwrap.dedent(f"""
-        [[workspaces]]
-        name = "gpu"
-        cluster = "east"
-        volume = "{wk.volumes['team-a']}"
-        work_pool = "kube-gpu"
-        [workspaces.kubernetes]
-        namespace = "team-a"
-        image = "registry.local/weightkeeper:0.1"
-        volume_claim = "models"
-        kubeconfig = "{cluster.kubeconfig(tmp_path / 'kubeconfig')}"
-    """))
+    gpu_workspace(wk, hub, cluster, tmp_path)
     hub.add_repo("acme/kube-forgot", tiny_files("kube-forgot"))
     wk.declare("kube-forgot", "hf://acme/kube-forgot")
     assert ensure_model("kube-forgot") == "Ready"

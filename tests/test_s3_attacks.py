@@ -81,20 +81,20 @@ def until(seconds: float):
     return lambda: time.monotonic() < end
 
 
-def drip_headers(send, _request: bytes) -> None:
-    send(b"HTTP/1.1 200 OK\r\n")
-    going = until(HELD)
-    while going():
-        send(b"X")
-        time.sleep(0.1)
+def drip(head: bytes, byte: bytes):
+    """An answer that sends `head`, then `byte` every 0.1 s for HELD seconds."""
+    def answer(send, _request: bytes) -> None:
+        send(head)
+        going = until(HELD)
+        while going():
+            send(byte)
+            time.sleep(0.1)
+    return answer
 
 
-def drip_body(send, _request: bytes) -> None:
-    send(b"HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nContent-Length: 100000\r\n\r\n<ListBucketResult>")
-    going = until(HELD)
-    while going():
-        send(b" ")
-        time.sleep(0.1)
+drip_headers = drip(b"HTTP/1.1 200 OK\r\n", b"X")
+drip_body = drip(b"HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nContent-Length: 100000\r\n\r\n"
+                 b"<ListBucketResult>", b" ")
 
 
 def endless_body(status: str):
