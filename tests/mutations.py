@@ -1275,7 +1275,7 @@ MUTATIONS = {
         "console = Console()", "tests/test_cli.py::test_messages_and_paths_are_printed_as_they_are_never_as_markup"),
     "cli-redact-error-urls": (
         "weightkeeper/cli.py", "f\"error: {redact_urls(message)}\"",
-        "f\"error: {message}\"", "tests/test_cli.py::test_failures_outside_the_registry_get_one_line_without_credentials"),
+        "f\"error: {message}\"", "tests/test_cli.py::test_an_error_line_never_shows_a_urls_credentials"),
     "cli-log-unwritable": (
         "weightkeeper/cli.py", "    except OSError as e:\n        raise WeightkeeperError(f\"{flow} not started",
         "    except ValueError as e:\n        raise WeightkeeperError(f\"{flow} not started", "tests/test_cli.py::test_failures_outside_the_registry_get_one_line_without_credentials"),

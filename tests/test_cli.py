@@ -161,6 +161,15 @@ def test_failures_outside_the_registry_get_one_line_without_credentials(wk, tmp_
              "ensure-model not started for where: cannot write its log")
 
 
+def test_an_error_line_never_shows_a_urls_credentials(capsys):
+    """Whatever made the message: the CLI's error line drops every URL's user info and query."""
+    from weightkeeper.cli import _error
+
+    assert _error("cannot reach http://wk:hunter2@127.0.0.1:1/api?token=s3cret: refused", 1) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot reach http://127.0.0.1:1/api") and "hunter2" not in err and "s3cret" not in err
+
+
 def test_a_failed_wait_ends_with_the_models_message(wk):
     proc = cli(wk, "model", "create", "gone", "--source", "hf://acme/does-not-exist", "--workspace", "team-a", "--wait",
                check=False, COLUMNS="60")  # one line however narrow the terminal: a log reader's unit
