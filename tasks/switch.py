@@ -18,10 +18,12 @@ from weightkeeper.lease import renewed
 from weightkeeper.planning import capacity_problem, changed_bytes
 from weightkeeper.registry import Model
 from weightkeeper.registry.common import READY
+from weightkeeper.registry.copies import LinkedPath
 from weightkeeper.registry.leases import Kind
 from weightkeeper.sources import check_access, resolve
 from weightkeeper.tasks.download import Reporter, _entry, link_shared_copy, path_holder
 from weightkeeper.tasks.snapshot import budget_wait, job_token_not_its_own, retry_transient
+from weightkeeper.tasks.verify import _check_link, _switch_targets
 
 
 def pending(model: Model) -> Snapshot | None:
@@ -34,7 +36,8 @@ def pending(model: Model) -> Snapshot | None:
 
 
 def _held(settings, registry, model: Model, snapshot: Snapshot) -> str | None:
-    """Why the switch must wait: a workspace whose capacity the new commit's changed files would pass."""
+    """Why the switch must wait: a workspace whose capacity the new commit's changed files would pass, counting the
+    changed files of other models' switches recorded there whose copies are not made yet."""
     adding = changed_bytes(model.files or [], [f.to_json() for f in snapshot.files])
     usage = None
     for ws in {p.workspace for p in model.local_paths if not p.retired}:
@@ -42,9 +45,37 @@ def _held(settings, registry, model: Model, snapshot: Snapshot) -> str | None:
         if capacity is None:
             continue
         usage = usage or registry.workspace_usage(settings.workspaces)
-        if problem := capacity_problem(ws, capacity, usage[ws]["storedBytes"], adding):
+        coming = registry.switches_coming(model.name, w)
+        if problem := capacity_problem(ws, capacity, usage[ws]["storedBytes"] + coming, adding):
+            problem += f" (its stored bytes count the {coming} that other models' recorded switches add)" \
+                if coming else ""
             return f"update to {snapshot.commit} held: {problem}; it stays on {model.commit}"
     return None
+
+
+def _mend_links(settings, registry, model: Model) -> None:
+    """Before a check replaces or drops the pending commit: a path a killed switch left linking to that commit's
+    copy (renamed, never recorded) gets its recorded link back, as reconcile's `check-links` does; once the
+    commit is no longer pending, that link could not be told from one someone else put there. Any other link is
+    left to the switch and to `check-links`."""
+    if not model.pending_commit:
+        return
+    for link in (link for link in registry.linked_paths() if link.model == model.name):
+        try:
+            if _names_pending(settings, link):
+                _check_link(settings, registry, link)
+        except NotFoundError:
+            return  # deleted meanwhile
+
+
+def _names_pending(settings, link: LinkedPath) -> bool:
+    """The path's link, read from its parent and never followed, names the pending commit's copy."""
+    try:
+        parent, leaf = open_parent(link.path, settings.volume_rules)
+    except (OSError, UnsafePathError):
+        return False
+    with parent:
+        return parent.readlink(leaf) in _switch_targets(settings, link)
 
 
 def _refused(settings, registry, model: Model, snapshot: Snapshot) -> str | None:
@@ -69,6 +100,7 @@ def check_head(name: str) -> bool:
     settings, registry = current()
     model = registry.get_model(name)
     revision = model.next_revision or model.revision
+    _mend_links(settings, registry, model)
     try:
         snapshot = resolve(settings, registry, HfSource(model.repo_id, revision), model.token_block, model.include,
                            model.exclude, budget_wait(registry, model))
@@ -76,15 +108,15 @@ def check_head(name: str) -> bool:
         if e.permanent:
             logger.error("%s: cannot check %s: %s; it stays on %s", name, revision, e, model.commit)
             return registry.head_checked(name, None, [], held=f"cannot check {revision}: {e}; it stays on "
-                                                              f"{model.commit}")
+                                                              f"{model.commit}", asked=revision)
         raise
     if snapshot.commit == model.commit:
         logger.info("%s: %s is still at %s", name, revision, snapshot.commit)
-        return registry.head_checked(name, snapshot.commit, [])
+        return registry.head_checked(name, snapshot.commit, [], asked=revision)
     held = _refused(settings, registry, model, snapshot) or _held(settings, registry, model, snapshot)
     logger.info("%s: %s moved from %s to %s%s", name, revision, model.commit, snapshot.commit,
                 f"; {held}" if held else "; downloading it beside the current one")
-    return registry.head_checked(name, snapshot.commit, [f.to_json() for f in snapshot.files], held)
+    return registry.head_checked(name, snapshot.commit, [f.to_json() for f in snapshot.files], held, asked=revision)
 
 
 @task(name="switch-path", retries=2, retry_delay_seconds=[10, 30], retry_condition_fn=retry_transient)
@@ -125,21 +157,29 @@ def switch_path(name: str, path_id: int, snapshot: Snapshot):
         logger.warning("%s", e)
         return Cancelled(message=str(e))
     except DownloadError as e:
-        failed = _failed(model, entry.path, snapshot.commit, e)
+        failed = _failed(model, entry.path, snapshot.commit, e, _on(registry, entry.artifact_id))
         logger.error("%s: %s", name, failed)
         raise
     except (OSError, UnsafePathError) as e:
-        failed = _failed(model, entry.path, snapshot.commit, getattr(e, "strerror", None) or e)
+        failed = _failed(model, entry.path, snapshot.commit, getattr(e, "strerror", None) or e,
+                         _on(registry, entry.artifact_id))
         raise DownloadError(failed, permanent=True) from None
     finally:
         registry.end_switch(name, path_id, holder, failed)
 
 
-def _failed(model: Model, path: str, commit: str, why) -> str:
-    """What a path whose switch to `commit` failed says: it keeps the copy it links to."""
+def _on(registry, artifact_id: int | None) -> str | None:
+    """The commit of the shared copy a path is recorded on (None: unknown)."""
+    copy = artifact_id and registry.get_artifact(artifact_id)
+    return copy.commit if copy else None
+
+
+def _failed(model: Model, path: str, commit: str, why, on: str | None = None) -> str:
+    """What a path whose switch to `commit` failed says: it keeps the copy it links to (of commit `on`, when known:
+    an earlier switch may have left it on another than the model's)."""
     if commit == model.commit:  # back to the model's commit (`head_checked`): the path is on another
         return f"switch of {path} back to {commit} failed: {why}; it stays on another commit until the next check"
-    return f"update to {commit} failed: {why}; {path} stays on {model.commit}"
+    return f"update to {commit} failed: {why}; {path} stays on {on or model.commit}"
 
 
 @task(name="finish-switch")

@@ -1321,6 +1321,21 @@ MUTATIONS = {
     "pods-label-finds-cleanups-too": (
         "weightkeeper/pods.py", "[f\"{MODEL_LABEL}={model},{FLOW_LABEL}={DOWNLOAD_FLOW}\"]",
         "[f\"{MODEL_LABEL}={model}\"]", "tests/test_kube.py::test_a_pod_of_a_run_prefect_no_longer_knows_still_counts"),
+    "stale-head-answer-recorded": (
+        "weightkeeper/registry/updates.py", "            if asked is not None and asked != (row.next_revision or row.revision):",
+        "            if False:", "tests/test_tracking_attacks.py::test_a_revision_asked_for_while_a_check_is_out_is_never_taken_for_the_commit_switched_to[checking]"),
+    "switch-settles-a-revision-asked-since": (
+        "weightkeeper/registry/updates.py", "            if row.head_checked_at is not None:  # else",
+        "            if True:  # else", "tests/test_tracking_attacks.py::test_a_revision_asked_for_while_a_check_is_out_is_never_taken_for_the_commit_switched_to[switching]"),
+    "check-drops-a-killed-switchs-commit": (
+        "tasks/switch.py", "    _mend_links(settings, registry, model)\n",
+        "", "tests/test_tracking_attacks.py::test_a_killed_switch_is_rolled_back_before_a_check_drops_its_pending_commit[reverted]"),
+    "capacity-ignores-recorded-switches": (
+        "tasks/switch.py", "        coming = registry.switches_coming(model.name, w)",
+        "        coming = 0", "tests/test_tracking_attacks.py::test_two_switches_that_each_fit_the_capacity_but_not_together_are_not_both_recorded"),
+    "failed-switch-names-the-models-commit": (
+        "tasks/switch.py", "    return f\"update to {commit} failed: {why}; {path} stays on {on or model.commit}\"",
+        "    return f\"update to {commit} failed: {why}; {path} stays on {model.commit}\"", "tests/test_tracking_attacks.py::test_a_failed_switch_names_the_commit_the_path_is_on_not_the_models"),
 }
 
 

@@ -14,7 +14,9 @@ from datetime import datetime, timedelta
 from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
+from weightkeeper.config import Workspace
 from weightkeeper.errors import ConflictError
+from weightkeeper.planning import changed_bytes
 from weightkeeper.registry.common import DELETING, READY, scrub_message, utcnow
 from weightkeeper.registry.leases import Kind
 from weightkeeper.registry.schema import ArtifactRow, LocalPathRow, ModelRow
@@ -60,13 +62,17 @@ class UpdateOps:
         would move the other model's files too."""
         return any(not deleting for _, deleting in self._owners(s, p.cluster, p.path, row, share=False))
 
-    def head_checked(self, name: str, commit: str | None, files: list[dict], held: str | None = None) -> bool:
+    def head_checked(self, name: str, commit: str | None, files: list[dict], held: str | None = None,
+                     asked: str | None = None) -> bool:
         """Record the commit the revision points at now (None: it could not be asked, and a revision asked for
         is dropped); True when the model has to switch to it (it is pending). `held`: why it may not (recorded
-        as the model's message instead). With nothing to switch to, paths an unfinished switch left on another
-        commit switch back to the model's (`_switch_back`)."""
+        as the model's message instead). `asked`: the revision that was asked; an answer for another than the
+        model's now (`model update` asked for one since) is dropped, and that one stays due. With nothing to switch
+        to, paths an unfinished switch left on another commit switch back to the model's (`_switch_back`)."""
         with self._tx() as s:
             row = self._model(s, name)
+            if asked is not None and asked != (row.next_revision or row.revision):
+                return False  # stale: head_checked_at stays None (`request_revision`), so the request is asked next
             row.head_checked_at = row.updated_at = utcnow()
             if row.phase != READY:
                 return False
@@ -82,6 +88,15 @@ class UpdateOps:
             row.pending_commit, row.pending_files = commit, files
             row.message = scrub_message(f"downloading {commit} beside {row.commit} to switch to it")
             return True
+
+    def switches_coming(self, name: str, ws: Workspace) -> int:
+        """The bytes other Ready models' pending switches will add in `ws` (their changed files) whose new copy is
+        not recorded yet: a recorded one counts in `storedBytes` already, one not started yet nowhere else."""
+        with self._tx() as s:
+            others = s.scalars(select(ModelRow).where(ModelRow.name != name, ModelRow.phase == READY,
+                                                      ModelRow.pending_commit.is_not(None)))
+            return sum(changed_bytes(other.files or [], other.pending_files or []) for other in others
+                       if _coming(s, other, ws))
 
     def _strays(self, s: Session, row: ModelRow) -> list[str]:
         """The model's live Ready paths whose link names a copy of another commit than the model's (a switch that
@@ -168,10 +183,19 @@ class UpdateOps:
             row.commit, row.files = row.pending_commit, row.pending_files
             row.size_bytes = sum(f["size"] for f in row.pending_files or ())
             row.pending_commit = row.pending_files = None
-            _settle_revision(row)
+            if row.head_checked_at is not None:  # else `model update` asked for another revision since: asked next
+                _settle_revision(row)
             row.switched_at = row.updated_at = utcnow()
             row.message = f"switched from {switched[0]} to {switched[1]}"
             return switched
+
+
+def _coming(s: Session, other: ModelRow, ws: Workspace) -> bool:
+    """`other` switches a path in `ws` to a commit whose copy on its volume is not recorded yet."""
+    there = [p for p in other.paths if not p.retired and p.workspace == ws.name]
+    return bool(there) and other.pending_commit != other.commit and s.scalar(select(ArtifactRow.id).where(
+        ArtifactRow.repo_id == other.repo_id, ArtifactRow.commit == other.pending_commit,
+        ArtifactRow.cluster == there[0].cluster, ArtifactRow.volume == ws.volume).limit(1)) is None
 
 
 def _settle_revision(row: ModelRow) -> None:
