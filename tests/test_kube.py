@@ -309,8 +309,12 @@ def quick_cleanup(wk, hub) -> str:
     """)
 
 
-def gpu_workspace(wk, hub, cluster, tmp_path) -> None:
-    """The config: one Kubernetes workspace `gpu` (namespace team-a of `cluster`) on team-a's volume."""
+def ready_in_gpu(wk, hub, cluster, tmp_path, name: str) -> Path:
+    """Model `name` Ready in the config's one Kubernetes workspace `gpu` (namespace team-a of `cluster`, on
+    team-a's volume); its path."""
+    from conftest import tiny_files
+    from weightkeeper.flows.ensure_model import ensure_model
+
     wk.config.write_text(quick_cleanup(wk, hub) + textwrap.dedent(f"""
         [[workspaces]]
         name = "gpu"
@@ -323,6 +327,10 @@ def gpu_workspace(wk, hub, cluster, tmp_path) -> None:
         volume_claim = "models"
         kubeconfig = "{cluster.kubeconfig(tmp_path / 'kubeconfig')}"
     """))
+    hub.add_repo(f"acme/{name}", tiny_files(name))
+    wk.declare(name, f"hf://acme/{name}")
+    assert ensure_model(name) == "Ready"
+    return Path(wk.registry.get_model(name).local_paths[0].path)
 
 
 def test_delete_waits_until_no_pod_of_a_download_run_remains(wk, hub, tmp_path):
@@ -330,18 +338,12 @@ def test_delete_waits_until_no_pod_of_a_download_run_remains(wk, hub, tmp_path):
     from prefect.client.orchestration import get_client
     from prefect.states import Running
 
-    from conftest import tiny_files
     from fakekube import FakeKubernetes
     from weightkeeper.flows.delete_model import delete_model
-    from weightkeeper.flows.ensure_model import ensure_model
     from test_lifecycle import in_thread, wait_until
 
     cluster = FakeKubernetes()
-    gpu_workspace(wk, hub, cluster, tmp_path)
-    hub.add_repo("acme/kube", tiny_files("kube"))
-    wk.declare("kube", "hf://acme/kube")
-    assert ensure_model("kube") == "Ready"
-    path = Path(wk.registry.get_model("kube").local_paths[0].path)
+    path = ready_in_gpu(wk, hub, cluster, tmp_path, "kube")
 
     @flow(name="download-to-path")
     def stand_in(name: str) -> None:  # a download run whose job a Kubernetes worker started
@@ -371,18 +373,12 @@ def test_delete_waits_until_no_pod_of_a_download_run_remains(wk, hub, tmp_path):
 def test_delete_waits_for_a_pod_of_the_model_whose_run_prefect_no_longer_knows(wk, hub, tmp_path):
     """The model's download run is gone from Prefect (a new server, runs deleted), but a pod labelled with the model
     still runs: the delete finds it by the label and removes nothing until it has finished."""
-    from conftest import tiny_files
     from fakekube import FakeKubernetes
     from weightkeeper.flows.delete_model import delete_model
-    from weightkeeper.flows.ensure_model import ensure_model
     from test_lifecycle import in_thread, wait_until
 
     cluster = FakeKubernetes()
-    gpu_workspace(wk, hub, cluster, tmp_path)
-    hub.add_repo("acme/kube-forgot", tiny_files("kube-forgot"))
-    wk.declare("kube-forgot", "hf://acme/kube-forgot")
-    assert ensure_model("kube-forgot") == "Ready"
-    path = Path(wk.registry.get_model("kube-forgot").local_paths[0].path)
+    path = ready_in_gpu(wk, hub, cluster, tmp_path, "kube-forgot")
     cluster.pods[("team-a", "kube-forgot")] = [("download-kube-forgot-gpu-q1", "Running")]
     try:
         deletion = in_thread(delete_model, "kube-forgot")
