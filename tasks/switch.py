@@ -60,7 +60,7 @@ def _mend_links(settings, registry, model: Model) -> None:
     left to the switch and to `check-links`."""
     if not model.pending_commit:
         return
-    for link in (link for link in registry.linked_paths() if link.model == model.name):
+    for link in registry.linked_paths(model.name):
         try:
             if _names_pending(settings, link):
                 _check_link(settings, registry, link)

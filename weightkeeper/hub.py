@@ -66,7 +66,7 @@ from weightkeeper.errors import DownloadError
 from weightkeeper.hubbudget import UNMETERED, HubBudget, Throttled, budget_key
 from weightkeeper.layout import HfSource, copy_name
 from weightkeeper.planning import select_files
-from weightkeeper.watchdog import Pace, current, read_body
+from weightkeeper.watchdog import BodyRefused, Pace, current, read_body, read_whole
 
 API_TIMEOUT_SECONDS = 30.0
 LISTING_BYTES, LISTING_BYTES_PER_FILE = 1 << 20, 4096  # what a revision's listing may hold
@@ -395,24 +395,11 @@ def model_info(source: HfSource, home: str, token: str | None, limits: Limits,
 
 def _read_listing(response: urllib3.BaseHTTPResponse, cap: int, deadline: float, late: Callable[[], DownloadError],
                   too_big: str) -> bytes:
-    """The body as it arrives, at most `cap` bytes, by `deadline` (time.monotonic()): a timer shuts the connection
-    down then, whatever a read waits for (a dripping body, or endless chunked trailers within one read)."""
-    body = bytearray()
-    timer = threading.Timer(max(0.0, deadline - time.monotonic()), response.shutdown)
-    timer.start()
+    """The body as it arrives, at most `cap` bytes, by `deadline` (time.monotonic()): `watchdog.read_whole`."""
     try:
-        while chunk := response.read1(65536):
-            body += chunk
-            if len(body) > cap:
-                raise DownloadError(too_big, permanent=True)
-    except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError):
-        if time.monotonic() < deadline:
-            raise
-    finally:
-        timer.cancel()
-    if time.monotonic() >= deadline:  # the reads ended because the timer shut them down
-        raise late()
-    return bytes(body)
+        return read_whole(response, cap, max(0.0, deadline - time.monotonic()))
+    except BodyRefused as e:
+        raise late() if e.late else DownloadError(too_big, permanent=True) from None
 
 
 def _selected(names: Collection[str], include: list[str] | None, exclude: list[str] | None, where: str) -> list[str]:

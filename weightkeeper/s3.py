@@ -12,11 +12,9 @@ every object needs a plain (single-part) ETag, its MD5, to be verified by. Every
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import http.client
 import re
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -50,7 +48,7 @@ from weightkeeper.errors import CleanupError, DownloadError
 from weightkeeper.hub import HeadersInTime
 from weightkeeper.layout import S3Source, copy_name, parse_s3_uri
 from weightkeeper.planning import select_files
-from weightkeeper.watchdog import Pace, current, read_body
+from weightkeeper.watchdog import BodyRefused, Pace, current, read_body, read_whole
 
 DIGEST_KEY = "wk-digest"
 PART_BYTES = 16 << 20
@@ -99,38 +97,18 @@ class _HTTPSPool(AWSHTTPSConnectionPool):
 
 
 def _read_answer(raw) -> bytes:
-    """The whole body of `raw` (a urllib3 response): at most ANSWER_BYTES, within ANSWER_SECONDS (then a timer shuts
-    its socket down: a server that drips bytes never holds the read). Its connection is closed unless all was read."""
-    late, chunks, total, conn = threading.Event(), [], 0, raw.connection
-
-    def cut() -> None:
-        late.set()
-        with contextlib.suppress(OSError, AttributeError):  # closed meanwhile; TLS to a proxy wraps a socket
-            getattr(conn.sock, "socket", conn.sock).shutdown(socket.SHUT_RDWR)
-
-    timer = threading.Timer(ANSWER_SECONDS, cut)
-    timer.daemon = True
-    timer.start()
-    problem: BotoCoreError | None = None
+    """The whole body of `raw` (a urllib3 response), bounded by ANSWER_BYTES and ANSWER_SECONDS
+    (`watchdog.read_whole`). Its connection is closed unless all was read: it may hold the rest of the answer."""
+    conn = raw.connection
     try:
-        while chunk := raw.read(1 << 16):
-            if (total := total + len(chunk)) > ANSWER_BYTES:
-                problem = AnswerRefused(why=f"an answer held over {ANSWER_BYTES} bytes")
-                break
-            chunks.append(chunk)
-    except (HTTPError, http.client.HTTPException, OSError) as e:
-        problem = HTTPClientError(error=e)  # a cut connection: botocore retries it
-    finally:
-        timer.cancel()
-        timer.join()
-    if late.is_set():
-        problem = AnswerRefused(why=f"an answer's body took over {ANSWER_SECONDS:.0f} s")
-    if problem is not None:
+        return read_whole(raw, ANSWER_BYTES, ANSWER_SECONDS)
+    except (BodyRefused, HTTPError, http.client.HTTPException, OSError) as e:
         raw.close()
         if conn is not None:
-            conn.close()  # even once handed back to its pool: it may hold the rest of the answer
-        raise problem
-    return b"".join(chunks)
+            conn.close()  # even once handed back to its pool
+        if isinstance(e, BodyRefused):
+            raise AnswerRefused(why=str(e)) from None
+        raise HTTPClientError(error=e) from None  # a cut connection: botocore retries it
 
 
 class _BoundedSession:

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import urllib3
+
 from weightkeeper.errors import DeadlineExceeded, DownloadCancelled, DownloadError
 
 TICK = 0.5
@@ -181,6 +183,43 @@ class Watchdog:
                                 f"below the minimum of {self.pace.min_bytes_per_second} B/s "
                                 "(min_download_bytes_per_second); the partial files are kept and the next attempt "
                                 "resumes them")
+
+
+class BodyRefused(Exception):
+    """An answer read whole held more than its bytes, or took longer than its time (`late`)."""
+
+    def __init__(self, why: str, late: bool):
+        super().__init__(why)
+        self.late = late
+
+
+def read_whole(response, cap: int, seconds: float) -> bytes:
+    """A urllib3 response's whole body, at most `cap` bytes, within `seconds`: past them a timer shuts the connection
+    down, whatever a read waits for (a dripping body, endless chunked trailers within one read), and BodyRefused
+    says which; any other read error is raised as it is."""
+    body, late = bytearray(), threading.Event()
+
+    def cut() -> None:
+        late.set()
+        response.shutdown()
+
+    timer = threading.Timer(seconds, cut)
+    timer.daemon = True
+    timer.start()
+    try:
+        while chunk := response.read1(65536):
+            body += chunk
+            if len(body) > cap:
+                raise BodyRefused(f"an answer held over {cap} bytes", late=False)
+    except (OSError, http.client.HTTPException, urllib3.exceptions.HTTPError):
+        if not late.is_set():
+            raise
+    finally:
+        timer.cancel()
+        timer.join()  # a cut under way has ended: `late` says whether there was one
+    if late.is_set():
+        raise BodyRefused(f"an answer's body took over {seconds:.0f} s", late=True)
+    return bytes(body)
 
 
 def read_body(response, left: int, write: Callable[[memoryview], None]) -> int:

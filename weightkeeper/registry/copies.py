@@ -95,8 +95,9 @@ class CopyOps:
             p.updated_at = p.checked_at = utcnow()
             self._drop(s, Kind.PATH, p.id)
 
-    def linked_paths(self) -> list[LinkedPath]:
-        """Every live Ready path linked to a shared copy, with the copy the registry records for it."""
+    def linked_paths(self, model: str | None = None) -> list[LinkedPath]:
+        """Every live Ready path linked to a shared copy (of `model` only, when given), with the copy the registry
+        records for it."""
         with self._tx() as s:
             rows = s.execute(
                 select(LocalPathRow.id, ModelRow.name, LocalPathRow.workspace, LocalPathRow.path, ArtifactRow.id,
@@ -104,7 +105,8 @@ class CopyOps:
                        ModelRow.exclude_patterns, ModelRow.owner_uid)
                 .join(ModelRow).join(ArtifactRow, ArtifactRow.id == LocalPathRow.artifact_id)
                 .where(ModelRow.phase != DELETING, LocalPathRow.status == READY, LocalPathRow.owned.is_(True),
-                       LocalPathRow.retired.is_(False)).order_by(LocalPathRow.id))
+                       LocalPathRow.retired.is_(False), *([ModelRow.name == model] if model else []))
+                .order_by(LocalPathRow.id))
             return [LinkedPath(*row) for row in rows]
 
     def claim_link(self, name: str, path_id: int, artifact_id: int, holder: Holder, lease_seconds: float) -> bool:
