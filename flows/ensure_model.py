@@ -9,7 +9,7 @@ from weightkeeper.tasks.cleanup import clean_path
 from weightkeeper.tasks.report import finish_model
 from weightkeeper.tasks.snapshot import resolve_revision
 from weightkeeper.tasks.stage import stage_to_s3
-from weightkeeper.tasks.switch import check_head, finish_switch
+from weightkeeper.tasks.switch import check_head, finish_switch, hold_switch
 from weightkeeper.config import ENSURE_FLOW
 from weightkeeper.layout import HfSource, parse_source
 from weightkeeper.registry.common import DELETING, FAILED, READY
@@ -22,14 +22,14 @@ from weightkeeper.context import current
 @holds_run_lease(ENSURE_FLOW)
 def ensure_model(name: str) -> str:
     """Resolve the revision, download into each target path (capped by the global limit), record sizes; for a
-    Ready model that follows a branch or was asked for another revision, `follow` it."""
+    Ready model that follows a branch, was asked for another revision, or has a switch left pending, `follow` it."""
     logger = get_run_logger()
     settings, registry = current()
     model = registry.get_model(name)
     if model.phase == DELETING:
         logger.info("%s is being deleted; nothing to ensure", name)
         return model.phase
-    if model.phase == READY and (model.track or model.next_revision) and model.local_paths:
+    if model.phase == READY and (model.track or model.next_revision or model.pending_commit) and model.local_paths:
         return follow(name)
     if model.local_paths:
         ensure_download_limit(settings)
@@ -57,23 +57,29 @@ def follow(name: str) -> str:
     and switches to it (a download-to-path run each, here or in its pool); the model records it once all did.
     The model stays Ready on its commit throughout, and when a download fails. Paths an unfinished switch left
     on another commit go back to the model's when there is nothing to switch to (`head_checked`): at the next
-    check, or at once for a model that is not tracked (no next check comes)."""
+    check, or at once for a model that is not tracked (no next check comes). A check that does not complete (the
+    Hub down after its retries, a killed switch's link it cannot put back yet) records only why, and when. A
+    model with nothing to ask (not tracked, no revision asked for) whose switch an earlier run left unfinished
+    (back to its own commit, for paths left on another) is not asked: that switch is run and recorded."""
     settings, registry = current()
     ensure_download_limit(settings)
-    moved = check_head(name, return_state=True)
-    if moved.is_completed():
+    model = registry.get_model(name)
+    asked = model.next_revision or model.revision
+    if not (model.track or model.next_revision):
+        switching = True  # nothing to ask: only a switch an earlier run left pending, run again
+    elif (moved := check_head(name, return_state=True)).is_completed():
         switching = moved.result()
-    else:
-        model = registry.get_model(name)
-        switching = registry.head_checked(name, None, [], held=f"cannot check the head of {model.source}: "
-                                                               f"{moved.message}; it stays on {model.commit}")
+    else:  # no answer: the pending commit and the revision asked for stay, nothing switches (`head_checked`)
+        again = "its next check asks again" if model.track else f"`weightkeeper model ensure {name}` asks again"
+        registry.head_checked(name, None, [], held=f"cannot check {asked}: {moved.message}; it stays on "
+                                                   f"{model.commit}; {again}", asked=asked)
+        switching = False
     if switching:
         _switch(name)
         model = registry.get_model(name)
         # not tracked, no check comes by itself: a revision some paths did not reach is held (asked again by the
-        # next `model update` or `model ensure`), and those that did go back at once (`head_checked`, held)
-        if not model.track and model.pending_commit not in (None, model.commit) and registry.head_checked(
-                name, model.pending_commit, model.pending_files or [], held=model.message):
+        # next `model update` or `model ensure`), and those that did go back at once (`hold_switch`)
+        if not model.track and model.pending_commit not in (None, model.commit) and hold_switch(model, asked):
             _switch(name)
     model = registry.get_model(name)
     get_run_logger().info("%s is %s on %s: %s", name, model.phase, model.commit, model.message)

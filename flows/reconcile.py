@@ -88,7 +88,7 @@ def _drive_models(settings: Settings, registry: Registry, models: list[Model],
             mark_crashed(run_id, model.name, return_state=True)
             registry.release_run(model.name, lease.lease.holder, abandoned_only=True)  # marked once
         update = update_due(model.phase, model.track, model.next_revision, model.head_checked_at, now,
-                            settings.track_interval_seconds)
+                            settings.track_interval_seconds, model.id)
         if flow_name := needed_run(model.phase, lease.flow if lease is not None and lease.fresh else None, update):
             outcomes[f"model {model.name}"] = start_run(flow_name, model.name, update)
     return outcomes
@@ -189,7 +189,7 @@ def reconcile() -> Outcomes:
     outcomes.update(_verify(settings, registry, artifacts))
     now = utcnow()
     for artifact in artifacts:
-        if not artifact.users:
+        if not artifact.in_use:
             outcomes[artifact.path] = "kept: switched from recently" if in_grace(
                 artifact.released_at, now, settings.track_grace_seconds) else _collect(artifact.id)
     found = _orphans(settings, registry)

@@ -269,13 +269,14 @@ def release_model(name: str) -> None:
 
 @task(name="collect-shared-copy")
 def collect_shared_copy(artifact_id: int) -> str:
-    """Delete a shared copy once no model references it and no link under the models root points into it."""
+    """Delete a shared copy once no model uses it (`Artifact.in_use`) and no link under the models root points into
+    it."""
     logger = get_run_logger()
     settings, registry = current()
     artifact = registry.get_artifact(artifact_id)
     if artifact is None:
         return "gone"
-    if artifact.users:
+    if artifact.in_use:
         return "in use"
     holder = Holder.here(f"collect/{artifact_id}")
     if registry.claim_artifact(artifact_id, holder, settings.lease_seconds):
@@ -287,7 +288,7 @@ def collect_shared_copy(artifact_id: int) -> str:
     try:
         with file_lock(artifact.path, settings.volume_rules, on_wait=busy):
             links = links_into(artifact.path, settings.volume_rules)
-            if registry.get_artifact(artifact_id).users or links:
+            if registry.get_artifact(artifact_id).in_use or links:
                 registry.set_artifact(artifact_id, holder, artifact.state, f"kept: linked from {', '.join(links)}"
                                       if links else "kept: in use", release=True)
                 logger.info("shared copy %s kept: %s", artifact.path, ", ".join(links) or "in use")

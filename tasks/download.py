@@ -185,7 +185,7 @@ def reuse_into(settings: Settings, registry: Registry, model: Model, snapshot: S
         return None
     wanted = set(missing)
     reused = reuse_files(target, [f for f in snapshot.files if f.path in wanted], copies, settings.volume_rules,
-                         settings.verify_workers)
+                         settings.verify_workers, margin=settings.free_space_margin_bytes)
     if not reused.files:
         return None
     for how, size in reused.by_how.items():
@@ -196,8 +196,8 @@ def reuse_into(settings: Settings, registry: Registry, model: Model, snapshot: S
 
 
 def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: Snapshot, target: Dir,
-               reporter: Reporter) -> int:
-    """Fetch what is missing in `target`, holding a download slot while bytes flow; returns bytes fetched."""
+               reporter: Reporter) -> None:
+    """Fetch what is missing in `target`, holding a download slot while bytes flow (`HubBudget.held`)."""
     logger = get_run_logger()
     missing = _missing(snapshot, target)
     entry = reporter.entry
@@ -207,7 +207,7 @@ def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: S
         missing = _missing(snapshot, target)
     if not missing:
         logger.info("%s: all %d files already in %s; nothing to download", model.name, len(snapshot.files), target)
-        return 0
+        return
     logger.info("%s: %d of %d files to fetch into %s", model.name, len(missing), len(snapshot.files), target)
     check_free_space(model.name, target, snapshot.files, settings.free_space_margin_bytes)
 
@@ -216,15 +216,17 @@ def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: S
     downloading = f"downloading {origin} into {target}"
     budget = hub_budget(settings, registry, lambda seconds: reporter.beat(
         message=downloading if seconds is None else budget_message(seconds), force=True))
-    with FetchMeter(registry, reporter.entry.workspace, source, reporter.beat) as meter, \
-            download_slot(settings, say_slot_wait(reporter.beat)):
+
+    def fetch() -> None:  # in a download slot, within the download deadline (again after a long budget wait)
         registry.set_path_message(model.name, reporter.entry.id, reporter.status, downloading)
         deadline = time.monotonic() + settings.download_timeout_seconds
-        fetched = fetch_model_files(settings, model.source, model.staging_uri, model.token_block, snapshot,
-                                    target, meter, deadline, budget)
+        fetch_model_files(settings, model.source, model.staging_uri, model.token_block, snapshot, target, meter,
+                          deadline, budget)
+
+    with FetchMeter(registry, reporter.entry.workspace, source, reporter.beat) as meter:
+        budget.held(lambda: download_slot(settings, say_slot_wait(reporter.beat)), fetch)
     reporter.beat(snapshot.total_bytes, force=True)
-    logger.info("%s: fetched %d bytes into %s", model.name, fetched, target)
-    return fetched
+    logger.info("%s: fetched %d bytes into %s", model.name, meter.most - (meter.first or 0), target)
 
 
 def shared_copy_path(ws: Workspace, model: Model, snapshot: Snapshot) -> str:

@@ -97,9 +97,14 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
                 message=budget_message(seconds), force=True))
             transfer = hub_transfer(HfSource(model.repo_id, snapshot.commit), snapshot.commit, settings.hf_endpoint,
                                     load_token(model.token_block), settings.hub_redirect_hosts, budget)
-            with download_slot(settings, say_slot_wait(beat, f" to stage to {uri}")):
+
+            def stage() -> tuple[int, int]:  # in a download slot (again after a long wait for the Hub budget)
+                nonlocal deadline
                 deadline = time.monotonic() + settings.download_timeout_seconds
-                uploaded, skipped = stage_snapshot(s3_client(settings), uri, snapshot, fetch_one, beat)
+                return stage_snapshot(s3_client(settings), uri, snapshot, fetch_one, beat)
+
+            uploaded, skipped = budget.held(lambda: download_slot(settings, say_slot_wait(beat, f" to stage to {uri}")),
+                                            stage)
             if skipped:  # another model staged them: its token proved nothing for this one
                 check_access(settings, registry, model.source, model.token_block, snapshot)
     except DownloadCancelled as e:

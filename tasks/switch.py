@@ -10,7 +10,7 @@ from prefect.states import Cancelled
 from weightkeeper.anchored import open_parent
 from weightkeeper.context import current
 from weightkeeper.download import RemoteFile, Snapshot
-from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError, UnsafePathError
+from weightkeeper.errors import ConflictError, DownloadCancelled, DownloadError, NotFoundError, UnsafePathError
 from weightkeeper.events import emit_updated
 from weightkeeper.fsops import LINK
 from weightkeeper.layout import HfSource, copy_name
@@ -56,14 +56,21 @@ def _held(settings, registry, model: Model, snapshot: Snapshot) -> str | None:
 def _mend_links(settings, registry, model: Model) -> None:
     """Before a check replaces or drops the pending commit: a path a killed switch left linking to that commit's
     copy (renamed, never recorded) gets its recorded link back, as reconcile's `check-links` does; once the
-    commit is no longer pending, that link could not be told from one someone else put there. Any other link is
-    left to the switch and to `check-links`."""
+    commit is no longer pending, that link could not be told from one someone else put there. Such a link that
+    cannot be put back now (its path busy: the killed switch's lease has not lapsed; or unreadable) is raised
+    (`ConflictError`), so the commit stays pending until it is. Any other link is left to the switch and to
+    `check-links`."""
     if not model.pending_commit:
         return
     for link in registry.linked_paths(model.name):
         try:
-            if _names_pending(settings, link):
-                _check_link(settings, registry, link)
+            if _names_pending(settings, link) and (outcome := _check_link(settings, registry, link)) not in (
+                    "relinked", "linked", "failed"):
+                why = "its path is busy: a killed switch's lease lapses after lease_seconds" if outcome == "busy" \
+                    else outcome
+                raise ConflictError(f"{link.path} links to the copy of {model.pending_commit}, a switch never "
+                                    f"recorded, and cannot be linked back now ({why}); the next check does it first",
+                                    "LinkNotBack")
         except NotFoundError:
             return  # deleted meanwhile
 
@@ -108,7 +115,7 @@ def check_head(name: str) -> bool:
         if e.permanent:
             logger.error("%s: cannot check %s: %s; it stays on %s", name, revision, e, model.commit)
             return registry.head_checked(name, None, [], held=f"cannot check {revision}: {e}; it stays on "
-                                                              f"{model.commit}", asked=revision)
+                                                              f"{model.commit}", asked=revision, permanent=True)
         raise
     if snapshot.commit == model.commit:
         logger.info("%s: %s is still at %s", name, revision, snapshot.commit)
@@ -117,6 +124,20 @@ def check_head(name: str) -> bool:
     logger.info("%s: %s moved from %s to %s%s", name, revision, model.commit, snapshot.commit,
                 f"; {held}" if held else "; downloading it beside the current one")
     return registry.head_checked(name, snapshot.commit, [f.to_json() for f in snapshot.files], held, asked=revision)
+
+
+def hold_switch(model: Model, asked: str) -> bool:
+    """A model no check comes to by itself, whose pending commit (the answer for `asked`) some paths did not reach:
+    links its switch renamed and did not record are put back (`_mend_links`), then the commit is held
+    (`head_checked`, with the model's message): True when paths that did switch go back. A link not put back keeps
+    it pending, as a check that fails for now does (the next `model ensure` or `model update` tries again)."""
+    _, registry = current()
+    try:
+        _mend_links(*current(), model)
+    except ConflictError as e:
+        return registry.head_checked(model.name, None, [], held=f"{model.message}; {e}", asked=asked)
+    return registry.head_checked(model.name, model.pending_commit, model.pending_files or [], held=model.message,
+                                 asked=asked)
 
 
 @task(name="switch-path", retries=2, retry_delay_seconds=[10, 30], retry_condition_fn=retry_transient)

@@ -162,9 +162,12 @@ def _refetch(settings: Settings, registry: Registry, snapshot: Snapshot, root: D
     repairing = f"repairing {root}"
     budget = hub_budget(settings, registry, lambda seconds: beat(
         message=repairing if seconds is None else budget_message(seconds), force=True))
-    with download_slot(settings, say_slot_wait(beat)):
+
+    def fetch() -> None:  # in a download slot (again after a long wait for the Hub request budget)
         beat(message=repairing, force=True)
         _fetch_again(settings, model, snapshot, root, beat, budget)
+
+    budget.held(lambda: download_slot(settings, say_slot_wait(beat)), fetch)
 
 
 def _fetch_again(settings: Settings, model: Model, snapshot: Snapshot, root: Dir, beat: Beat, budget) -> None:
@@ -213,13 +216,30 @@ def verify_shared_copy(artifact_id: int) -> str:
         if deep:
             registry.set_artifact(artifact_id, None, A_READY, "verified", verified=True)
         return "verified" if deep else "checked"
-    if not artifact.users:
-        return "unused"  # nothing to repair it for: garbage collection decides its fate
+    if not artifact.users:  # nothing to repair it for: garbage collection decides its fate
+        return _set_aside(settings, registry, artifact, problems) if artifact.state == A_READY else "unused"
     holder = Holder.here(f"repair/{flow_run.id or 'process'}/{artifact_id}")
     if registry.claim_artifact(artifact_id, holder, settings.lease_seconds):
         return "busy"
     with renewed(registry, Kind.ARTIFACT, artifact_id, holder, settings.lease_seconds) as held:
         return _repair_shared_copy(settings, registry, artifact, files, problems, held, logger)
+
+
+def _set_aside(settings, registry: Registry, artifact, problems) -> str:
+    """A Ready copy no path links to (switched away from, or a switch's), found damaged, is Ready no more: a switch to
+    it then fills it again, hashing what it finds, instead of linking what it holds."""
+    holder = Holder.here(f"set-aside/{flow_run.id or 'process'}/{artifact.id}")
+    if registry.claim_artifact(artifact.id, holder, settings.lease_seconds):
+        return "busy"
+    now = registry.get_artifact(artifact.id)
+    if now is None:
+        return "gone"
+    if now.users or now.state != A_READY:  # linked meanwhile: the next pass repairs it for them
+        registry.set_artifact(now.id, holder, now.state, now.message, release=True)
+        return "in use"
+    registry.set_artifact(now.id, holder, A_PENDING, f"damaged ({problems[0]}); no path links to it: filled again "
+                                                     "before a model switches to it", release=True)
+    return "damaged: set aside"
 
 
 def _repair_shared_copy(settings, registry: Registry, artifact, files, problems, held: Held, logger) -> str:

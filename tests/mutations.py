@@ -268,8 +268,8 @@ MUTATIONS = {
                       "            if other := None:",
                       "tests/test_attacks.py::test_a_model_inside_or_around_another_is_refused_at_declaration"),
     "read-small-any-file": ("weightkeeper/anchored.py",
-                            "            if not stat.S_ISREG(st.st_mode) or st.st_size > limit:",
-                            "            if st.st_size > limit:",
+                            "                if kind != stat.S_IFREG:\n",
+                            "                if kind not in (stat.S_IFREG, stat.S_IFIFO, stat.S_IFCHR):\n",
                             "tests/test_attacks.py::test_read_small_never_blocks_follows_or_reads_much "
                             "tests/test_attacks.py::test_a_planted_ranges_file_neither_blocks_nor_floods_the_download"),
     "resume-a-planted-hard-link": ("weightkeeper/download.py", "stat.S_ISREG(st.st_mode) and st.st_nlink == 1 else 0",
@@ -601,7 +601,7 @@ MUTATIONS = {
         "                p.status, p.message = \"Failed\", scrub_message(failed)",
         "tests/test_tracking.py::test_a_failing_download_of_the_new_commit_leaves_the_model_ready_on_the_old_one"),
     "tracked-never-due": (
-        "weightkeeper/desired.py", "    return track and (head_checked_at is None or", "    return False and (head_checked_at is None or",
+        "weightkeeper/desired.py", "    return head_checked_at is None or interval <= 0 or \\\n", "    return False and head_checked_at is None or interval <= 0 or \\\n",
         "tests/test_tracking.py::test_a_tracked_ready_model_is_due_once_per_interval_or_when_a_revision_is_asked_for"),
     "fill-trusts-found-files": (
         "tasks/download.py", "    found = {f.path for f in snapshot.files if in_place(copy, f)}\n", "    found = set()\n",
@@ -1262,8 +1262,8 @@ MUTATIONS = {
         "weightkeeper/s3.py", "return head.get(\"ContentLength\") == remote.size",
         "return head[\"ContentLength\"] == remote.size", "tests/test_s3_attacks.py::test_a_staged_object_answered_without_a_size_is_staged_again"),
     "stage-deadline-after-slot": (
-        "tasks/stage.py", "            with download_slot(settings, say_slot_wait(beat, f\" to stage to {uri}\")):\n                deadline = time.monotonic() + settings.download_timeout_seconds\n",
-        "            deadline = time.monotonic() + settings.download_timeout_seconds\n            with download_slot(settings, say_slot_wait(beat, f\" to stage to {uri}\")):\n", "tests/test_s3.py::test_waiting_for_a_download_slot_does_not_count_against_the_staging_timeout"),
+        "tasks/stage.py", ("    deadline = float(\"inf\")  # set once", "                deadline = time.monotonic() + settings.download_timeout_seconds\n"),
+        ("    deadline = time.monotonic() + settings.download_timeout_seconds  # set once", "                deadline = min(deadline, time.monotonic() + settings.download_timeout_seconds)\n"), "tests/test_s3.py::test_waiting_for_a_download_slot_does_not_count_against_the_staging_timeout"),
     "s3-source-object-changed": (
         "weightkeeper/s3.py", "            if _changed(response, remote):\n",
         "            if False:\n", "tests/test_s3_attacks.py::test_a_source_object_replaced_after_listing_fails_at_once_saying_so[same-size]"),
@@ -1292,8 +1292,8 @@ MUTATIONS = {
         "weightkeeper/cli.py", "    if args.action == \"delete\":",
         "    if args.action == \"remove\":", "tests/test_cli.py::test_an_interrupt_says_what_resumes_it"),
     "cli-wait-outcome-one-line": (
-        "weightkeeper/cli.py", "err_console.print(f\"model {name} is {model.phase}: {model.message}\", soft_wrap=True)",
-        "err_console.print(f\"model {name} is {model.phase}: {model.message}\")", "tests/test_cli.py::test_a_failed_wait_ends_with_the_models_message"),
+        "weightkeeper/cli.py", "err_console.print(f\"model {name} is {model.phase}: {model.message}\", soft_wrap=True, highlight=False)",
+        "err_console.print(f\"model {name} is {model.phase}: {model.message}\", highlight=False)", "tests/test_cli.py::test_a_failed_wait_ends_with_the_models_message"),
     "cli-phase-choices": (
         "weightkeeper/cli.py", "choices=[phase.value for phase in Phase]",
         "choices=list(Phase)", "tests/test_cli.py::test_a_bad_phase_names_the_phases_as_typed"),
@@ -1336,6 +1336,78 @@ MUTATIONS = {
     "failed-switch-names-the-models-commit": (
         "tasks/switch.py", "    return f\"update to {commit} failed: {why}; {path} stays on {on or model.commit}\"",
         "    return f\"update to {commit} failed: {why}; {path} stays on {model.commit}\"", "tests/test_tracking_attacks.py::test_a_failed_switch_names_the_commit_the_path_is_on_not_the_models"),
+    "budget-long-wait-gives-slot-back": (
+        "weightkeeper/hubbudget.py", "if self._in_slot and seconds > SLOT_WAIT_SECONDS:",
+        "if False:", "tests/test_budget.py"),
+    "cli-follow-says-what-stopped-the-run": (
+        "weightkeeper/cli.py", "return registry.find_model(name), outcome[0] if outcome else None",
+        "return registry.find_model(name), None", "tests/test_cli.py"),
+    "api-echoes-made-up-keys": (
+        "weightkeeper/api.py", "str(p) if isinstance(p, int) or KEY.fullmatch(p) else \"<key>\" for p in loc",
+        "str(p) for p in loc", "tests/test_tenancy.py"),
+    "api-lists-every-validation-error": (
+        "weightkeeper/api.py", "for e in errors[:SHOWN_ERRORS])",
+        "for e in errors)", "tests/test_tenancy.py"),
+    "metrics-logs-prefect-url-user-info": (
+        "weightkeeper/metrics.py", "redact_urls(str(e)))",
+        "e)", "tests/test_metrics.py"),
+    "head-unknown-drops-the-pending-switch": (
+        "weightkeeper/registry/updates.py", "            if commit is None and not permanent:",
+        "            if False:", "tests/test_tracking_attacks.py::test_a_hub_outage_during_the_check_forgets_neither_the_asked_revision_nor_the_pending_switch"),
+    "check-drops-a-busy-killed-switchs-commit": (
+        "tasks/switch.py", "\"relinked\", \"linked\", \"failed\"):",
+        "\"relinked\", \"linked\", \"failed\", \"busy\"):", "tests/test_tracking_attacks.py::test_a_killed_switch_whose_path_is_still_held_keeps_its_pending_commit_until_its_link_is_back[reverted]"),
+    "hold-drops-a-failed-switchs-commit": (
+        "tasks/switch.py", "        _mend_links(*current(), model)",
+        "        pass", "tests/test_tracking_attacks.py::test_a_switch_on_demand_that_fails_after_its_rename_is_put_back_before_the_revision_is_held[released]"),
+    "unanswered-check-marks-a-new-request-asked": (
+        "flows/ensure_model.py", "f\"{model.commit}; {again}\", asked=asked)",
+        "f\"{model.commit}; {again}\")", "tests/test_tracking_attacks.py::test_a_revision_asked_for_while_a_check_is_out_is_never_taken_for_the_commit_switched_to[failing]"),
+    "reuse-copies-ignore-the-margin": (
+        "weightkeeper/anchored.py", "            room(size)\n",
+        "            pass\n", "tests/test_reuse.py"),
+    "open-before-looking": (
+        "weightkeeper/anchored.py", "                probe = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)\n",
+        "                probe = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=self.fd)\n", "tests/test_reuse.py"),
+    "clear-keeps-every-level-open": (
+        "weightkeeper/anchored.py", "                    if len(levels) > WALK_OPEN + 1:\n",
+        "                    if len(levels) > WALK_OPEN << 20:\n", "tests/test_attacks.py"),
+    "gc-keeps-pending-switch-copy": (
+        "weightkeeper/registry/artifacts.py", "return bool(self.users or self.switching)",
+        "return bool(self.users)", "tests/test_tracking.py::test_a_failed_switchs_copy_is_kept_only_while_its_commit_is_pending"),
+    "switching-copy-same-volume": (
+        "weightkeeper/registry/artifacts.py", "new.cluster == now.cluster, new.volume == now.volume))",
+        "new.cluster == now.cluster))", "tests/test_tracking.py::test_a_failed_switchs_copy_is_kept_only_while_its_commit_is_pending"),
+    "switching-copy-same-patterns": (
+        "weightkeeper/registry/artifacts.py", "if posixpath.basename(path) == copy_name(commit, include, exclude) and name not in out.get(artifact_id, ()):",
+        "if name not in out.get(artifact_id, ()):", "tests/test_tracking.py::test_a_failed_switchs_copy_is_kept_only_while_its_commit_is_pending"),
+    "collect-checks-switching": (
+        "tasks/cleanup.py", "    if artifact.in_use:\n        return \"in use\"",
+        "    if artifact.users:\n        return \"in use\"", "tests/test_tracking.py::test_a_failed_switchs_copy_is_kept_only_while_its_commit_is_pending"),
+    "unused-damaged-copy-set-aside": (
+        "tasks/verify.py", "        return _set_aside(settings, registry, artifact, problems) if artifact.state == A_READY else \"unused\"",
+        "        return \"unused\"", "tests/test_tracking.py::test_a_damaged_copy_no_path_links_to_is_filled_again_before_a_switch_back_links_it"),
+    "tracked-checks-staggered": (
+        "weightkeeper/planning.py", "    offset = model_id % TURNS * interval / TURNS\n",
+        "    offset = 0\n", "tests/test_tracking.py::test_tracked_models_asked_together_are_asked_again_at_turns_of_their_own_once_per_interval"),
+    "tracked-turn-sql": (
+        "weightkeeper/registry/updates.py", "and_(ModelRow.id % TURNS == turn, ",
+        "and_(ModelRow.id % TURNS >= 0, ", "tests/test_registry.py::test_a_pass_reads_a_tracked_model_exactly_when_its_turn_makes_it_due"),
+    "reuse-sha1-file-from-a-users-inode": (
+        "weightkeeper/anchored.py", "                    if not others:  # its bytes may be someone's choice\n",
+        "                    if False:  # its bytes may be someone's choice\n", "tests/test_reuse.py::test_a_file_checked_only_by_its_git_sha1_is_never_taken_from_bytes_a_user_could_choose"),
+    "reuse-sha1-trusted-as-sha256": (
+        "weightkeeper/reuse.py", "room, others=bool(remote.sha256))",
+        "room, others=True)", "tests/test_reuse.py::test_a_file_checked_only_by_its_git_sha1_is_never_taken_from_bytes_a_user_could_choose"),
+    "move-drops-a-killed-switchs-pending-commit": (
+        "weightkeeper/registry/store.py", "            row.subpath, row.download_policy = subpath, download_policy\n",
+        "            row.subpath, row.download_policy = subpath, download_policy\n            row.pending_commit = row.pending_files = row.next_revision = None\n", "tests/test_tracking_attacks.py::test_a_move_after_a_killed_switch_keeps_its_pending_commit_so_the_pass_still_knows_its_link"),
+    "plain-ensure-never-finishes-a-switch-back": (
+        "flows/ensure_model.py", "(model.track or model.next_revision or model.pending_commit) and model.local_paths",
+        "(model.track or model.next_revision) and model.local_paths", "tests/test_tracking_attacks.py::test_a_switch_back_left_unfinished_is_finished_by_a_plain_ensure"),
+    "plain-ensure-asks-an-untracked-models-head": (
+        "flows/ensure_model.py", "    if not (model.track or model.next_revision):\n        switching = True",
+        "    if False:\n        switching = True", "tests/test_tracking_attacks.py::test_a_switch_back_left_unfinished_is_finished_by_a_plain_ensure"),
 }
 
 

@@ -277,11 +277,13 @@ def test_open_regular_never_removes_a_directory_planted_at_its_name(tmp_path, mo
     real_open = Dir.open
 
     def fifo_then_directory(self, name, flags, mode=0o644):
-        fd = real_open(self, name, flags, mode)
-        if name == "y.part" and stat.S_ISFIFO(os.fstat(fd).st_mode):
-            os.unlink(d / "y.part")
-            shutil.copytree(d / "x.lock", d / "y.part")
-        return fd
+        try:
+            return real_open(self, name, flags, mode)
+        except OSError:  # the FIFO looked at and refused: the directory takes its place before it is unlinked
+            if name == "y.part" and stat.S_ISFIFO(os.lstat(d / "y.part").st_mode):
+                os.unlink(d / "y.part")
+                shutil.copytree(d / "x.lock", d / "y.part")
+            raise
 
     with Dir.root(d) as root:
         with pytest.raises(LinkInTheWayError, match=f"refusing {d}/x.lock: a directory stands where"):
@@ -394,6 +396,32 @@ def test_walk_holds_a_bounded_number_of_descriptors_however_wide_or_deep_the_tre
             if current.where.endswith("/".join(["n"] * 100)) and not (root / "moved").exists():
                 os.rename(root / "deep", root / "moved")
                 (root / "deep" / chain).mkdir(parents=True)
+
+def test_removal_empties_a_tree_however_deep_within_bounded_descriptors(tmp_path):
+    """A Kubernetes job's owner leaves a chain of directories 3,000 deep, a file at each level, in their model
+    directory, which the service removes (as root). The removal neither overflows Python's stack nor runs out of
+    descriptors (it runs here with an open-file limit a few above `WALK_OPEN`), and all of it goes."""
+    import weightkeeper.anchored as anchored
+
+    (tmp_path / "model").mkdir()
+    fd = os.open(tmp_path / "model", os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(3000):  # by descriptor: the path is far longer than PATH_MAX
+        os.close(os.open("f", os.O_WRONLY | os.O_CREAT, dir_fd=fd))
+        os.mkdir("n", dir_fd=fd)
+        fd, parent = os.open("n", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd), fd
+        os.close(parent)
+    os.close(fd)
+    script = ("import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[2]), "
+              "resource.getrlimit(resource.RLIMIT_NOFILE)[1])); from weightkeeper.anchored import Dir; "
+              "Dir.root(sys.argv[1]).remove('model')")
+    try:
+        done = subprocess.run([sys.executable, "-c", script, str(tmp_path), str(anchored.WALK_OPEN + 24)],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-600:]
+        assert not (tmp_path / "model").exists()
+    finally:  # pytest's own clean-up of tmp_path recurses, and fails on what a failed removal left
+        subprocess.run(["rm", "-rf", str(tmp_path / "model")], check=True)
+
 
 # -- 1. writes through a swapped link ------------------------------------------------------------------------------
 

@@ -256,7 +256,7 @@ def hub_requests(hub) -> tuple[int, int]:
 
 def test_fifty_models_at_once_within_the_hubs_limit_get_no_429(wk, hub, rate_limited):
     wk.rewrite(hf_endpoint=hub.url, hub_api_requests_per_5min=10, hub_resolve_requests_per_5min=40,
-               hub_budget_window_seconds=2.0)
+               hub_budget_window_seconds=2.0, lease_seconds=30)  # 50 flows in one process: renewals can be late
     names = declare_many(wk, hub, "burst", 50)
     # The Hub's windows are shorter than the budget's by HUB_WINDOW_SLACK: the budget counts a request when it
     # grants it, the Hub when it arrives, and 50 flows in one process on a loaded machine may take over a second
@@ -379,3 +379,39 @@ def test_a_head_check_that_waited_for_the_budget_leaves_the_models_message_as_it
     messages = ensure_all(wk, ["headwait"])
     assert messages and all(WAITING.fullmatch(m.split(": ", 1)[1]) for m in messages)
     assert registry.get_model("headwait").message == before
+
+
+def test_a_fetch_waiting_long_for_the_budget_gives_its_slot_to_a_download_that_needs_none(wk, hub, monkeypatch):
+    """One download slot; a model whose token's resolve budget is spent for 30 s holds it only until it would wait
+    (longer than SLOT_WAIT_SECONDS): a model fetched with another token's budget gets the slot meanwhile and is Ready
+    before the budget frees up, then the first one resumes in a slot of its own."""
+    from prefect.blocks.system import Secret
+
+    import weightkeeper.hubbudget
+
+    monkeypatch.setattr(weightkeeper.hubbudget, "SLOT_WAIT_SECONDS", 1.0)
+    wk.rewrite(hf_endpoint=hub.url, max_concurrent_downloads=1, hub_resolve_requests_per_5min=8,
+               hub_budget_window_seconds=30.0)
+    spent, other = declare_many(wk, hub, "spent", 1)[0], "other-token"
+    hub.add_repo(f"acme/{other}", tiny_files(other, shards=1, shard_size=4096))
+    Secret(value="hf_OTHERtoken1234567890").save("hf-token-other", overwrite=True)
+    wk.declare(other, f"hf://acme/{other}", workspaces=["team-b"], token_block="hf-token-other")
+    registry, ready, spent_until = wk.registry, {}, time.monotonic() + 30
+    for _ in range(8):  # the anonymous resolve budget, spent for 30 s (a download takes 8: a HEAD and a GET of 4)
+        assert registry.take_hub_request(budget_key(hub.url, None), "resolve", 8, 30.0) == 0
+
+    def run(name: str) -> None:
+        ensure_model(name)
+        ready[name] = time.monotonic()
+
+    first = threading.Thread(target=run, args=(spent,), daemon=True)
+    first.start()
+    deadline = time.monotonic() + 60
+    while not WAITING.fullmatch(registry.get_model(spent).local_paths[0].message):
+        assert time.monotonic() < deadline and first.is_alive(), registry.get_model(spent)
+        time.sleep(0.1)
+    run(other)  # one slot: free only because the waiting fetch gave it back
+    first.join(120)
+    assert registry.get_model(spent).phase == registry.get_model(other).phase == "Ready"
+    assert ready[other] < spent_until < ready[spent]  # the slot was given back while the budget was spent
+    assert registry.hub_request_counts()["resolve"].throttled == 0 and hub.throttled_count() == 0

@@ -178,6 +178,21 @@ def test_a_failed_wait_ends_with_the_models_message(wk):
                                                            "not found"), proc.stderr
 
 
+def test_a_run_that_stops_early_says_what_stopped_it(wk, monkeypatch, capsys):
+    from weightkeeper import cli as wkcli
+
+    def stops(flow: str, name: str):
+        raise RuntimeError(f"lost the registry at https://u:hunter2@db.example/x?token=s3cret\nsecond line of {name}")
+
+    monkeypatch.setattr(wkcli, "_run_flow", stops)
+    assert wkcli.main(["--config", str(wk.config), "model", "create", "stops", "--source", "hf://acme/stops",
+                       "--workspace", "team-a", "--wait"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-2].startswith("error: ensure-model of stops stopped: RuntimeError: lost the registry at"), err
+    assert "hunter2" not in "".join(err) and "s3cret" not in "".join(err) and "second line" not in "".join(err)
+    assert err[-1].startswith("model stops is Pending"), err
+
+
 def test_the_terminal_shows_a_runs_log_lines_but_no_traceback():
     import logging
 

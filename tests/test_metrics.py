@@ -42,6 +42,7 @@ class Scraper:
     def __init__(self, wk):
         from weightkeeper.api import create_app
 
+        self.wk = wk
         write_config(wk, hf_endpoint=wk.settings.hf_endpoint, metrics_token_sha256=_sha(TOKENS["scraper"]))
         with wk.config.open("a") as f:
             f.write(f'[[users]]\nname = "root"\nuid = 0\nadmin = true\ntoken_sha256 = "{_sha(TOKENS["root"])}"\n'
@@ -271,3 +272,38 @@ def test_a_prefect_that_hangs_costs_a_scrape_its_slot_gauges_only(scraper, monke
     assert len(reads) == 1  # the second scrape waited for the same read: no thread per scrape
     answer.set()
     assert scraper.samples()[("weightkeeper_download_slots_in_use", ())] == 1
+
+
+def test_a_prefect_error_is_logged_without_the_password_in_its_url(scraper, caplog):
+    """PREFECT_API_URL carries user info and Prefect answers the scrape's slot read with a 500 (whose message quotes
+    the URL): the scrape answers without the slot gauges, and the warning it logs keeps no password."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prometheus_client import generate_latest
+
+    from weightkeeper.metrics import metrics_registry
+
+    class Failing(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(500)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_POST = do_GET
+
+        def log_message(self, *args):
+            pass
+
+    prefect = ThreadingHTTPServer(("127.0.0.1", 0), Failing)
+    Thread(target=prefect.serve_forever, daemon=True).start()
+    try:
+        with temporary_settings({PREFECT_API_URL: f"http://wk:s3cret@127.0.0.1:{prefect.server_port}/api"}):
+            text = generate_latest(metrics_registry(scraper.wk.settings, scraper.wk.registry)).decode()
+    finally:
+        prefect.shutdown()
+    assert "weightkeeper_models" in text and "weightkeeper_download_slots_in_use" not in text
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "weightkeeper.metrics"]
+    assert warning.startswith("download slots not read from Prefect: Server error '500") and "127.0.0.1" in warning
+    assert "s3cret" not in warning, warning

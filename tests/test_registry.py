@@ -313,3 +313,30 @@ def test_a_write_that_is_not_idempotent_is_never_retried(registry, monkeypatch):
     calls.clear()
     registry.cleanup_failed("twice", 1, "x")
     assert len(calls) == 2 and registry.get_model("twice").cleanup_attempts == 1
+
+
+def test_a_pass_reads_a_tracked_model_exactly_when_its_turn_makes_it_due(registry):
+    """The SQL condition (`updates.update_due`, one per turn) selects the models `desired.update_due` finds due."""
+    from datetime import datetime, timedelta, timezone
+
+    from sqlalchemy import select
+
+    from weightkeeper.desired import update_due
+    from weightkeeper.registry.schema import ModelRow
+    from weightkeeper.registry.updates import update_due as due_sql
+
+    now = datetime(2026, 12, 5, 12, 0, 7, tzinfo=timezone.utc)
+    for i in range(80):
+        registry.create_model(spec(f"t{i}"), plan(f"/v/models/t{i}"))
+    with registry._tx() as s:
+        for i, row in enumerate(s.scalars(select(ModelRow).order_by(ModelRow.id))):
+            row.phase, row.track = "Ready", i % 5 != 4  # every fifth not tracked
+            row.head_checked_at = None if i == 0 else now - timedelta(seconds=i * 67)  # up to 1.5 intervals ago
+    for interval in (3600, 0):
+        with registry._tx() as s:
+            rows = s.execute(select(ModelRow.name, ModelRow.id, ModelRow.track, ModelRow.head_checked_at)).all()
+            chosen = set(s.scalars(select(ModelRow.name).where(due_sql(now, interval))))
+        due = {name for name, model_id, track, checked in rows if update_due(
+            "Ready", track, None, checked if checked is None or checked.tzinfo else checked.replace(tzinfo=timezone.utc),
+            now, interval, model_id)}
+        assert chosen == due and 0 < len(due) < 80

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import random
+import stat
 
 from test_faults import tmpfs
 from test_lifecycle import fetched_files
@@ -205,3 +207,91 @@ def test_a_file_someone_else_may_write_is_copied_never_linked(wk, hub):
         assert os.stat(f"{new}/{name}").st_ino != os.stat(f"{old}/{name}").st_ino
         assert open(f"{new}/{name}", "rb").read() == open(f"{old}/{name}", "rb").read()
     assert os.stat(f"{new}/{SHARDS[3]}").st_ino == os.stat(f"{old}/{SHARDS[3]}").st_ino
+
+
+
+def test_copies_never_eat_into_the_margin_a_download_leaves_free(wk, hub):
+    """The fault: the volume of a new commit's shared copy is nearly full. Its files are taken before the
+    download's space check, so reuse keeps the margin itself: a copy that would leave less than
+    `free_space_margin_bytes` free is never written, and the model fails on the space check."""
+    a, _ = two_commits(hub, "acme/evolve-full")
+    wk.declare("full-a", f"hf://acme/evolve-full@{a}", workspaces=["team-a"])
+    assert ensure_model("full-a") == "Ready"
+    with tmpfs(wk.volumes["team-a"] / "models" / "_artifacts", 1 << 20) as shelf:  # another filesystem: copies
+        os.chmod(shelf, 0o755)
+        free = os.statvfs(shelf).f_bavail * os.statvfs(shelf).f_frsize
+        wk.rewrite(hf_endpoint=hub.url, free_space_margin_bytes=free - 64 * 1024)  # room for the small files
+        wk.declare("full-b", "hf://acme/evolve-full@main", workspaces=["team-a"], subpath="models/next",
+                   download_policy="reuse-if-exists")
+        assert ensure_model("full-b") == "Failed"
+        assert "free_space_margin_bytes" in wk.registry.get_model("full-b").message
+        assert os.statvfs(shelf).f_bavail * os.statvfs(shelf).f_frsize >= free - 64 * 1024  # nothing copied below
+        assert not [p for p in shelf.rglob("*.safetensors*")]
+
+
+def test_a_fifo_or_device_planted_in_a_copy_is_never_opened(wk, hub):
+    """The user swaps two files of a verified copy for a FIFO (a writer of theirs waiting for a reader) and a device
+    node: opening either can act (the writer let go, a driver's open), so reuse looks at what stands there first and
+    opens neither (inotify sees every open); both files are fetched."""
+    a, _ = two_commits(hub, "acme/evolve-nodes")
+    wk.declare("nodes-a", f"hf://acme/evolve-nodes@{a}", workspaces=["team-a"])
+    assert ensure_model("nodes-a") == "Ready"
+    old = wk.registry.get_model("nodes-a").local_paths[0].path
+    for name in (SHARDS[0], SHARDS[2]):
+        os.unlink(f"{old}/{name}")
+    os.mkfifo(f"{old}/{SHARDS[0]}")
+    os.mknod(f"{old}/{SHARDS[2]}", stat.S_IFCHR | 0o644, os.makedev(1, 3))  # /dev/null's numbers
+    libc = ctypes.CDLL(None, use_errno=True)
+    watch = libc.inotify_init1(os.O_NONBLOCK)
+    assert watch >= 0 and all(libc.inotify_add_watch(watch, f"{old}/{name}".encode(), 0x20) >= 0  # IN_OPEN
+                              for name in (SHARDS[0], SHARDS[2]))
+    try:
+        hub.reset_stats()
+        wk.declare("nodes-b", "hf://acme/evolve-nodes@main", workspaces=["team-a"], subpath="models/next")
+        assert ensure_model("nodes-b") == "Ready"
+        assert {SHARDS[0], SHARDS[2]} <= set(fetched(hub, "acme/evolve-nodes"))
+        try:
+            opened = os.read(watch, 4096)
+        except BlockingIOError:
+            opened = b""
+        assert opened == b"", "a planted FIFO or device was opened"
+    finally:
+        os.close(watch)
+
+
+def test_a_file_checked_only_by_its_git_sha1_is_never_taken_from_bytes_a_user_could_choose(wk, hub, caplog):
+    """The attacker may write a verified copy's files (their own directory, their shelf, a group-writable file) and
+    plants, in place of a reviewed code file, bytes whose git blob sha1 collides with it (simulated: the very bytes,
+    as what matters is where they stand). A file checked only by that sha1 is never taken from an inode the user
+    owns or others may write: the victim's is fetched. An LFS file there is still copied (its sha256 is hashed),
+    and a sha1-only file in weightkeeper's own inode is still hard-linked."""
+    code = {"modeling_tiny.py": b"def forward(x):\n    return x\n", "chat_template.jinja": b"{{ messages }}\n",
+            "tokenization_tiny.py": b"class Tok:\n    pass\n"}
+    a = hub.add_repo("acme/evolve-sha1", {**commit_files("A"), **code})
+    hub.add_repo("acme/evolve-sha1", {**commit_files("B", (SHARDS[1], "config.json")), **code})
+    wk.declare("sha1-a", f"hf://acme/evolve-sha1@{a}", workspaces=["team-a"])
+    assert ensure_model("sha1-a") == "Ready"
+    old = wk.registry.get_model("sha1-a").local_paths[0].path
+    for name in ("modeling_tiny.py", SHARDS[0]):  # the user's own files, put in place of weightkeeper's
+        data = open(f"{old}/{name}", "rb").read()
+        os.unlink(f"{old}/{name}")
+        with open(f"{old}/{name}", "wb") as planted:
+            planted.write(data)
+        os.chown(f"{old}/{name}", 4242, 4242)
+    os.chmod(f"{old}/tokenizer.json", 0o664)  # weightkeeper's inode, but its group may write it
+    os.chmod(f"{old}/tokenization_tiny.py", 0o646)  # ... or anyone
+    hub.reset_stats()
+    wk.declare("sha1-b", "hf://acme/evolve-sha1@main", workspaces=["team-a"], subpath="models/next")
+    assert ensure_model("sha1-b") == "Ready"
+    new = wk.registry.get_model("sha1-b").local_paths[0].path
+    assert fetched(hub, "acme/evolve-sha1") == sorted(
+        ["config.json", SHARDS[1], "modeling_tiny.py", "tokenizer.json", "tokenization_tiny.py"])
+    for name in ("modeling_tiny.py", "tokenizer.json", "tokenization_tiny.py"):
+        assert os.stat(f"{new}/{name}").st_ino != os.stat(f"{old}/{name}").st_ino
+        assert os.stat(f"{new}/{name}").st_uid == os.geteuid()
+    assert "not weightkeeper's alone, and its digest would not tell a planted collision" in caplog.text
+    assert os.stat(f"{new}/{SHARDS[0]}").st_ino != os.stat(f"{old}/{SHARDS[0]}").st_ino  # copied, hashed by sha256
+    assert open(f"{new}/{SHARDS[0]}", "rb").read() == commit_files("A")[SHARDS[0]]
+    assert os.stat(f"{new}/chat_template.jinja").st_ino == os.stat(f"{old}/chat_template.jinja").st_ino
+    expected = {**commit_files("B", (SHARDS[1], "config.json")), **code}
+    assert {n: open(f"{new}/{n}", "rb").read() for n in fetched_files(new)} == expected

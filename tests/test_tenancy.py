@@ -202,6 +202,21 @@ def test_over_long_or_control_input_answers_422_and_writes_nothing(api, case):
     assert api.state() == before
 
 
+def test_an_invalid_request_is_told_where_and_why_in_one_short_line_never_echoing_what_it_sent(api):
+    """Bob's body makes up keys: a plain one, one holding a newline and a URL with credentials, and thousands more
+    within 64 KiB. The 422 names the plain key, shows the other as `<key>`, counts the rest, in one short line."""
+    evil = "x\nhttps://bob:s3cret@cdn.example/m?X-Amz-Signature=deadbeef"
+    body = {"name": "fine", "source": "hf://acme/fine", "owner": "alice", evil: 1, **{f"k{i}": 0 for i in range(5000)}}
+    before = api.state()
+    r = api.call("POST", "/api/v1/models", "bob", json=body)
+    assert r.status_code == 422 and r.json()["code"] == "Invalid", r.text[:300]
+    message = r.json()["message"]
+    assert message.startswith("body.owner: Extra inputs are not permitted; body.<key>: Extra inputs are not permitted")
+    assert message.endswith("; and 4997 more") and len(message) < 500, message
+    assert "s3cret" not in r.text and "X-Amz" not in r.text and "\n" not in message
+    assert api.state() == before
+
+
 def test_reads_refuse_control_characters_with_422(api):
     assert api.call("GET", "/api/v1/models", params={"workspace": "team-a\x00"}).status_code == 422
     assert api.call("GET", "/api/v1/models", params={"phase": "Ready\x00"}).status_code == 422

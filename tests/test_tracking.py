@@ -9,8 +9,12 @@ loop through the switch.
 from __future__ import annotations
 
 import os
+import random
+import signal
+import subprocess
+import sys
 import threading
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -18,11 +22,13 @@ from test_api import events
 from test_lifecycle import wait_until
 from test_reuse import SHARDS, commit_files, fetched
 from weightkeeper.desired import in_grace, needed_run, update_due
+from weightkeeper.planning import TURNS
 from weightkeeper.errors import ConflictError, InvalidInputError
 from weightkeeper.flows.ensure_model import ensure_model
 from weightkeeper.flows.paths import download_to_path
 from weightkeeper.flows.reconcile import reconcile
 from weightkeeper.registry import Holder
+from weightkeeper.tasks.cleanup import collect_shared_copy
 from weightkeeper.tasks.switch import _failed
 
 B_CHANGES = (SHARDS[1], "config.json")
@@ -31,17 +37,41 @@ NOW = datetime(2026, 12, 4, 12, 0, tzinfo=timezone.utc)
 
 def test_a_tracked_ready_model_is_due_once_per_interval_or_when_a_revision_is_asked_for():
     hour_ago, minute_ago = NOW.replace(hour=11), NOW.replace(hour=11, minute=59)
-    assert update_due("Ready", True, None, None, NOW, 3600)
-    assert update_due("Ready", True, None, hour_ago, NOW, 3600)
-    assert not update_due("Ready", True, None, minute_ago, NOW, 3600)
-    assert not update_due("Ready", False, None, None, NOW, 3600)
-    assert update_due("Ready", False, "v2", None, NOW, 3600)  # asked for, not asked yet
-    assert not update_due("Ready", False, "v2", minute_ago, NOW, 3600)  # asked: the switch ran (or failed)
-    for phase in ("Pending", "Downloading", "Failed", "Deleting"):
-        assert not update_due(phase, True, "v2", None, NOW, 0)
+    for model_id in range(2 * TURNS):
+        assert update_due("Ready", True, None, None, NOW, 3600, model_id)
+        assert update_due("Ready", True, None, NOW.replace(hour=10, minute=30), NOW, 3600, model_id)  # 1.5 intervals
+        assert not update_due("Ready", True, None, minute_ago, NOW, 3600, model_id)
+        assert update_due("Ready", True, None, minute_ago, NOW, 0, model_id)
+        assert not update_due("Ready", False, None, None, NOW, 3600, model_id)
+        assert update_due("Ready", False, "v2", None, NOW, 3600, model_id)  # asked for, not asked yet
+        assert not update_due("Ready", False, "v2", minute_ago, NOW, 3600, model_id)  # asked: the switch ran (or failed)
+        for phase in ("Pending", "Downloading", "Failed", "Deleting"):
+            assert not update_due(phase, True, "v2", None, NOW, 0, model_id)
+    assert {update_due("Ready", True, None, hour_ago, NOW, 3600, model_id) for model_id in range(TURNS)} == {True, False}
     assert needed_run("Ready", None, update=True) == "ensure-model"
     assert needed_run("Ready", "ensure-model", update=True) is None and needed_run("Ready", None) is None
     assert in_grace(minute_ago, NOW, 600) and not in_grace(hour_ago, NOW, 600) and not in_grace(None, NOW, 600)
+
+
+@pytest.mark.parametrize("interval", [60, 3600, 86400])
+def test_tracked_models_asked_together_are_asked_again_at_turns_of_their_own_once_per_interval(interval):
+    """320 tracked models asked in one pass, then reconcile passes every minute for four intervals: each is asked
+    again between 0.5 and 1.5 intervals later, then once per interval at its turn, and after that no pass asks more
+    than the turns it spans and two turns' share of them (before: all 320 at once, every interval)."""
+    step = min(60, interval // 4)
+    checked = {model_id: [NOW] for model_id in range(1, 321)}
+    per_pass = []
+    for t in range(step, 4 * interval + 1, step):
+        now = NOW + timedelta(seconds=t)
+        due = [m for m, times in checked.items() if update_due("Ready", True, None, times[-1], now, interval, m)]
+        for m in due:
+            checked[m].append(now)
+        per_pass.append((t, len(due)))
+    for times in checked.values():
+        gaps = [(b - a).total_seconds() for a, b in zip(times, times[1:])]
+        assert interval / 2 <= gaps[0] <= 1.5 * interval + step and len(gaps) in (3, 4, 5)
+        assert all(interval - step <= gap <= interval + step for gap in gaps[1:])
+    assert max(n for t, n in per_pass if t > 1.5 * interval) <= 320 * step / interval + 2 * 320 // TURNS
 
 
 def test_only_a_branch_or_tag_of_a_hub_repository_with_shared_copies_is_tracked(wk, hub):
@@ -389,3 +419,104 @@ def test_a_switch_killed_before_the_registry_recorded_it_is_rolled_back_by_the_n
     assert model.phase == "Ready" and model.commit == a and entry.status == "Ready"
     assert wk.registry.get_artifact(entry.artifact_id).commit == a and "never recorded" in entry.message
     assert reconcile()[path] == "linked"
+
+
+def test_a_switch_killed_mid_fill_leaves_a_copy_the_pass_keeps_and_the_next_switch_resumes(wk, hub):
+    """The switch to B is SIGKILLed while it fetches B's new shard: its copy of B, partial file included, is the
+    model's pending commit's, linked from nowhere yet. A pass keeps it, and the next switch fetches only the rest of
+    the shard."""
+    wk.rewrite(hf_endpoint=hub.url, track_interval_seconds=3600)  # a pass starts no check: the test does
+    repo, shard = "acme/track-resumed", "model-00001-of-00001.safetensors"
+    a_files = {shard: random.Random("A").randbytes(3 << 20), "config.json": b'{"model_type": "tiny"}\n'}
+    b_files = {**a_files, shard: random.Random("B").randbytes(3 << 20)}
+    a = hub.add_repo(repo, a_files)
+    wk.declare("resumed", f"hf://{repo}", workspaces=["team-a"], track=True)
+    assert ensure_model("resumed") == "Ready"
+    path = wk.registry.get_model("resumed").local_paths[0].path
+    b = hub.add_repo(repo, b_files)
+    copy = wk.volumes["team-a"] / "models" / "_artifacts" / "acme--track-resumed" / b
+    part = copy / ".cache" / "weightkeeper" / f"{shard}.part"
+    hub.set_throttle(256 * 1024, repo_id=repo)  # 12 s for the shard: killed at its first MiB, it has 8 s to go
+    switch = subprocess.Popen([sys.executable, "-c", "from weightkeeper.flows.ensure_model import ensure_model; "
+                               "ensure_model('resumed')"], env=dict(os.environ), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:  # the client writes what arrives a MiB at a time
+        wait_until(lambda: part.exists() and part.stat().st_size >= 1 << 20, 90, "part of B's new shard")
+    finally:
+        switch.send_signal(signal.SIGKILL)
+        switch.wait()
+    hub.set_throttle(None, repo_id=repo)
+    have = part.stat().st_size
+    assert have < len(b_files[shard]) and wk.registry.get_model("resumed").pending_commit == b
+    (artifact,) = [x for x in wk.registry.list_artifacts() if x.commit == b]
+    assert artifact.users == [] and artifact.switching == ["resumed"] and artifact.in_use
+
+    assert reconcile()[str(copy)] == "not downloaded"  # kept: the model switches to it
+    assert part.stat().st_size == have and os.readlink(path).endswith(a)
+    hub.reset_stats()
+    assert ensure_model("resumed") == "Ready"
+    model = wk.registry.get_model("resumed")
+    assert model.commit == b and model.pending_commit is None and os.readlink(path).endswith(b)
+    assert {n: open(f"{path}/{n}", "rb").read() for n in b_files} == b_files
+    got = [r for r in hub.requests if r.method == "GET" and r.filename == shard and r.status in (200, 206)]
+    assert [r.range.partition("=")[2].partition("-")[0] for r in got] == [str(have)]  # the rest, from the partial
+    assert sum(r.bytes_sent for r in got) == len(b_files[shard]) - have
+
+
+def test_a_failed_switchs_copy_is_kept_only_while_its_commit_is_pending(wk, hub):
+    """The switch to B fails (B's new shard refused): the pass that ran it keeps B's copy, which the model still
+    switches to. Models switching to B on another volume, or with patterns of their own, keep it not: once the branch
+    is back at A nothing of this model is pending, and the next pass collects it."""
+    wk.rewrite(hf_endpoint=hub.url, track_interval_seconds=0)
+    repo = "acme/track-pending-copy"
+    a = hub.add_repo(repo, commit_files("A"))
+    shared = dict(download_policy="reuse-if-exists")
+    wk.declare("pending-copy", f"hf://{repo}", workspaces=["team-a"], track=True)
+    wk.declare("elsewhere", f"hf://{repo}", workspaces=["team-b"], **shared)
+    wk.declare("patterned", f"hf://{repo}", workspaces=["team-a"], subpath="models/patterned",
+               exclude=["tokenizer.json"], **shared)
+    for name in ("pending-copy", "elsewhere", "patterned"):
+        assert ensure_model(name) == "Ready"
+    b_files = commit_files("B", B_CHANGES)
+    b = hub.add_repo(repo, b_files)
+    for name in ("elsewhere", "patterned"):  # not tracked: pending until asked again
+        assert wk.registry.head_checked(name, b, [{"path": n, "size": len(v)} for n, v in b_files.items()])
+    hub.fail_next(1, 403, repo_id=repo, path_contains=SHARDS[1])
+    copy = wk.volumes["team-a"] / "models" / "_artifacts" / "acme--track-pending-copy" / b
+    assert reconcile()[str(copy)] == "not downloaded" and copy.is_dir()  # kept
+    model = wk.registry.get_model("pending-copy")
+    assert model.commit == a and model.pending_commit == b and f"update to {b} failed" in model.message
+    (artifact,) = [x for x in wk.registry.list_artifacts() if x.commit == b]
+    assert artifact.switching == ["pending-copy"] and wk.registry.get_artifact(artifact.id).switching == ["pending-copy"]
+    assert collect_shared_copy(artifact.id) == "in use" and copy.is_dir()  # a pass that listed it before the check
+
+    hub.add_repo(repo, commit_files("A"))  # main is back at A: nothing to switch to
+    assert reconcile()[str(copy)] == "collected" and not copy.exists()
+    assert wk.registry.get_model("pending-copy").pending_commit is None
+    assert wk.registry.get_model("elsewhere").pending_commit == b == wk.registry.get_model("patterned").pending_commit
+
+
+def test_a_damaged_copy_no_path_links_to_is_filled_again_before_a_switch_back_links_it(wk, hub):
+    """A copy switched away from (kept for the grace period) is damaged meanwhile: the pass that finds it sets it
+    aside, and switching back fetches the damaged file again instead of linking it."""
+    from weightkeeper.service import switch_revision
+
+    a_files = commit_files("A")
+    a = hub.add_repo("acme/back-again", a_files)
+    b = hub.add_repo("acme/back-again", commit_files("B", B_CHANGES), revision="v2")
+    wk.declare("back", "hf://acme/back-again@main", workspaces=["team-a"], download_policy="reuse-if-exists")
+    assert ensure_model("back") == "Ready"
+    switch_revision(wk.registry, "back", "v2")
+    assert ensure_model("back") == "Ready" and wk.registry.get_model("back").commit == b
+    copy = wk.volumes["team-a"] / "models" / "_artifacts" / "acme--back-again" / a
+    os.truncate(copy / SHARDS[1], 1000)  # a file B changed: no other copy shares its inode
+    outcomes = reconcile()
+    assert outcomes[str(copy)] == "kept: switched from recently"
+    (aside,) = [c for c in wk.registry.list_artifacts() if c.commit == a]
+    assert aside.state == "Pending" and "damaged" in aside.message
+    hub.reset_stats()
+    switch_revision(wk.registry, "back", "main")
+    assert ensure_model("back") == "Ready" and wk.registry.get_model("back").commit == a
+    path = wk.registry.get_model("back").local_paths[0].path
+    assert (copy / SHARDS[1]).read_bytes() == a_files[SHARDS[1]] == open(f"{path}/{SHARDS[1]}", "rb").read()
+    assert fetched(hub, "acme/back-again") == [SHARDS[1]]

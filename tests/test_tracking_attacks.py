@@ -1,6 +1,8 @@
 """Tracking and switching under attack or fault: a `model update` that lands while a check or a switch is out, a
-switch killed between its rename and its record whose branch then goes back (or whose Hub then refuses), two
-switches that each fit a workspace's capacity but not together, and a path an earlier switch left on another commit.
+switch killed between its rename and its record whose branch then goes back (or whose Hub then refuses, or whose
+path lease has not lapsed), a Hub down through a check's retries, a switch on demand that fails after its rename, two
+switches that each fit a workspace's capacity but not together, a path an earlier switch left on another commit, a
+model moved after a killed switch, and a switch back left unfinished on a model nothing asks again.
 """
 
 from __future__ import annotations
@@ -25,12 +27,19 @@ def _killed(*args, **kwargs):
     raise Killed("killed between the rename and its record")
 
 
-@pytest.mark.parametrize("when", ["checking", "switching"])
+@pytest.mark.parametrize("when", ["checking", "failing", "switching"])
 def test_a_revision_asked_for_while_a_check_is_out_is_never_taken_for_the_commit_switched_to(wk, hub, monkeypatch,
                                                                                             when):
-    """`model update --revision v2` lands while the hourly check of `main` is out (or its switch downloads): the model
-    never records v2 as its revision at main's commit, and v2 stays due, so the next run switches to it."""
+    """`model update --revision v2` lands while the hourly check of `main` is out (and gets no answer, or while its
+    switch downloads): the model never records v2 as its revision at main's commit, and v2 stays due, so the next
+    run switches to it."""
     import weightkeeper.tasks.switch as switch
+    from weightkeeper.errors import DownloadError
+
+    def failing(*args, **kwargs):
+        raise DownloadError("the Hub is down; will retry")
+
+    monkeypatch.setattr(switch.check_head, "retry_delay_seconds", [0, 0])
 
     name, repo = f"asked-{when}", f"acme/track-asked-{when}"
     a = hub.add_repo(repo, commit_files("A"))
@@ -47,13 +56,13 @@ def test_a_revision_asked_for_while_a_check_is_out_is_never_taken_for_the_commit
         return call
 
     with monkeypatch.context() as patched:
-        if when == "checking":
-            patched.setattr(switch, "resolve", asking(switch.resolve))
+        if when != "switching":
+            patched.setattr(switch, "resolve", asking(switch.resolve if when == "checking" else failing))
         else:
             patched.setattr(Registry, "path_switched", asking(Registry.path_switched))
         assert ensure_model(name) == "Ready"
     model = wk.registry.get_model(name)
-    assert model.commit == (a if when == "checking" else b)
+    assert model.commit == (b if when == "switching" else a)
     assert model.revision == "main" and model.source == f"hf://{repo}@main" and model.next_revision == "v2"
     assert model.head_checked_at is None  # still due: `update_due` asks for v2 on the next pass
 
@@ -139,3 +148,204 @@ def test_a_failed_switch_names_the_commit_the_path_is_on_not_the_models(wk, hub)
     said = {p.path: p.message for p in model.local_paths}
     assert model.commit == a and os.readlink(p1) == f"{copies}/{b}"
     assert said[p1].startswith(f"update to {c} failed: ") and said[p1].endswith(f"; {p1} stays on {b}")
+
+
+def _switch_killed(wk, hub, name: str, repo: str, **declared) -> tuple[str, str, dict, str, str]:
+    """A model of `repo` Ready on A; B is added (at `main`, or at v2 asked for with `model update`) and its switch
+    renames the path's link to B's copy, then dies before the registry records it: (a, b, a_files, path, copies)."""
+    a_files = commit_files("A")
+    a = hub.add_repo(repo, a_files)
+    wk.declare(name, f"hf://{repo}", workspaces=["team-a"], **declared)
+    assert ensure_model(name) == "Ready"
+    path = wk.registry.get_model(name).local_paths[0].path
+    b = hub.add_repo(repo, commit_files("B", B_CHANGES), revision="main" if declared.get("track") else "v2")
+    if not declared.get("track"):
+        wk.registry.request_revision(name, "v2")
+    return a, b, a_files, path, f"_artifacts/{repo.replace('/', '--')}"
+
+
+@pytest.mark.parametrize("then", ["reverted", "offline", "refused"])
+def test_a_killed_switch_whose_path_is_still_held_keeps_its_pending_commit_until_its_link_is_back(wk, hub,
+                                                                                                 monkeypatch, then):
+    """A switch on another host renames the link to B's copy and dies before the registry records it; its path lease
+    has not lapsed when the next check comes, so the check cannot put the link back. Whatever the Hub answers then
+    (main back at A, no answer, a refusal), B stays pending: once the lease lapses the link check still knows that
+    link for the killed switch's, puts A's back, and the path is never failed as someone else's link."""
+    import weightkeeper.tasks.switch as switch
+    from weightkeeper.registry import Holder
+
+    monkeypatch.setattr(switch.check_head, "retry_delay_seconds", [0, 0])
+    name, repo = f"held-{then}", f"acme/track-held-{then}"
+    a, b, a_files, path, copies = _switch_killed(wk, hub, name, repo, track=True)
+    with monkeypatch.context() as patched:
+        patched.setattr(Registry, "path_switched", _killed)
+        ensure_model(name, return_state=True)
+    entry = wk.registry.get_model(name).local_paths[0]
+    elsewhere = Holder("run-9/1", "gpu-9", 4242, 99.0)  # the killed switch's, on another host: not lapsed yet
+    assert wk.registry.claim_switch(name, entry.id, elsewhere, 600) == "claimed"
+    assert os.readlink(path) == f"{copies}/{b}"
+
+    if then == "reverted":
+        hub.add_repo(repo, a_files)
+    elif then == "offline":
+        hub.set_offline(True)
+    else:
+        hub.fail_next(1, 403, repo_id=repo)
+    try:
+        assert ensure_model(name) == "Ready"
+    finally:
+        hub.set_offline(False)
+    model = wk.registry.get_model(name)
+    assert model.commit == a and model.pending_commit == b and model.head_checked_at is not None
+    assert os.readlink(path) == f"{copies}/{b}" and model.local_paths[0].status == "Ready"
+    assert path in model.message and "it stays on" in model.message
+
+    wk.registry.end_switch(name, entry.id, elsewhere)  # its lease lapses
+    assert reconcile()[path] == "relinked"
+    assert os.readlink(path) == f"{copies}/{a}"
+    assert {n: open(f"{path}/{n}", "rb").read() for n in a_files} == a_files
+    model = wk.registry.get_model(name)
+    assert model.phase == "Ready" and model.local_paths[0].status == "Ready"
+    assert "never recorded" in model.local_paths[0].message
+
+
+@pytest.mark.parametrize("tracked", [False, True])
+def test_a_hub_outage_during_the_check_forgets_neither_the_asked_revision_nor_the_pending_switch(wk, hub,
+                                                                                               monkeypatch, tracked):
+    """`model update --revision v2` (or main's move, for a tracked model) is recorded, and the Hub is down when it is
+    checked, through the check's retries: nothing is switched and nothing forgotten (v2 stays asked for, a pending
+    commit stays pending), the model says why, and this pass does not ask again; once the Hub is back, the next
+    check (`model ensure`) switches."""
+    import weightkeeper.tasks.switch as switch
+    from weightkeeper.desired import update_due
+
+    monkeypatch.setattr(switch.check_head, "retry_delay_seconds", [0, 0])
+    name, repo = f"outage-{tracked}".lower(), f"acme/track-outage-{tracked}".lower()
+    a, b, a_files, path, copies = _switch_killed(wk, hub, name, repo, **({"track": True} if tracked else {
+        "download_policy": "reuse-if-exists"}))
+    if tracked:
+        with monkeypatch.context() as patched:
+            patched.setattr(Registry, "path_switched", _killed)
+            ensure_model(name, return_state=True)
+        assert wk.registry.get_model(name).pending_commit == b
+    before = wk.registry.get_model(name)
+    hub.set_offline(True)
+    try:
+        assert ensure_model(name) == "Ready"
+    finally:
+        hub.set_offline(False)
+    model = wk.registry.get_model(name)
+    assert model.commit == a and model.next_revision == before.next_revision == (None if tracked else "v2")
+    assert model.pending_commit == before.pending_commit == (b if tracked else None)
+    assert model.message.startswith(f"cannot check {'main' if tracked else 'v2'}: ") and f"it stays on {a}" in \
+        model.message and "503" in model.message
+    assert not update_due(model.phase, model.track, model.next_revision, model.head_checked_at,
+                          model.head_checked_at, 3600, model.id)  # not asked again in this pass
+
+    assert ensure_model(name) == "Ready"
+    model = wk.registry.get_model(name)
+    assert model.commit == b and model.pending_commit is None and model.next_revision is None
+    assert model.revision == ("main" if tracked else "v2") and os.readlink(path) == f"{copies}/{b}"
+
+
+@pytest.mark.parametrize("then", ["released", "unreleased"])
+def test_a_switch_on_demand_that_fails_after_its_rename_is_put_back_before_the_revision_is_held(wk, hub,
+                                                                                                monkeypatch, then):
+    """`model update --revision v2` on a model no check comes to by itself: its switch renames the link to B's copy
+    and fails before the registry records it. The run holds v2 (asked again by the next `model update` or
+    `model ensure`) only after it put A's link back: the path is never failed as someone else's link. When the
+    failed switch's path lease is not let go either (its end never recorded), the link cannot be put back yet: B
+    stays pending, so the next pass still knows that link for the switch's."""
+    name, repo = f"demand-{then}", f"acme/track-demand-{then}"
+    a, b, a_files, path, copies = _switch_killed(wk, hub, name, repo, download_policy="reuse-if-exists")
+    with monkeypatch.context() as patched:
+        patched.setattr(Registry, "path_switched", _killed)
+        if then == "unreleased":
+            patched.setattr(Registry, "end_switch", lambda *args, **kwargs: None)
+        assert ensure_model(name) == "Ready"
+    model = wk.registry.get_model(name)
+    assert model.commit == a and model.next_revision == "v2"
+    if then == "unreleased":
+        assert model.pending_commit == b and os.readlink(path) == f"{copies}/{b}"
+        assert f"{path} links to the copy of {b}, a switch never recorded, and cannot be linked back now" in \
+            model.message
+        entry = model.local_paths[0]
+        wk.registry.release_lease("path", entry.id, wk.registry.lease_of("path", entry.id).holder)  # it lapses
+        assert reconcile()[path] == "relinked"
+        model = wk.registry.get_model(name)
+    assert os.readlink(path) == f"{copies}/{a}" and "never recorded" in model.local_paths[0].message
+    assert {n: open(f"{path}/{n}", "rb").read() for n in a_files} == a_files
+    assert reconcile()[path] == "linked" and wk.registry.get_model(name).phase == "Ready"
+
+    assert ensure_model(name) == "Ready"  # `model ensure`: asked again
+    model = wk.registry.get_model(name)
+    assert model.commit == b and model.revision == "v2" and os.readlink(path) == f"{copies}/{b}"
+
+
+@pytest.mark.parametrize("tracked", [True, False])
+def test_a_move_after_a_killed_switch_keeps_its_pending_commit_so_the_pass_still_knows_its_link(wk, hub,
+                                                                                                monkeypatch, tracked):
+    """A switch (main's move, or `model update --revision v2`) renames the link to B's copy and its run is killed
+    before the registry records it; the owner then moves the model (`model update --download-policy
+    reuse-if-exists`: the same paths), and a reconcile pass comes before the move's run. The move keeps B pending
+    (and v2 asked for), so the pass still knows that link for the killed switch's: it puts A's back rather than
+    failing the path as someone else's link, the move's run finishes on A, and the next run switches to B."""
+    import weightkeeper.flows.ensure_model as ensure
+    from weightkeeper.service import move_model
+
+    name, repo = f"moved-{tracked}".lower(), f"acme/track-moved-{tracked}".lower()
+    a, b, a_files, path, copies = _switch_killed(wk, hub, name, repo, **({"track": True} if tracked else {
+        "download_policy": "reuse-if-exists"}))
+    with monkeypatch.context() as patched:
+        patched.setattr(Registry, "path_switched", _killed)
+        patched.setattr(ensure, "hold_switch", _killed)  # the run dies before it holds v2
+        ensure_model(name, return_state=True)
+    assert os.readlink(path) == f"{copies}/{b}" and wk.registry.get_model(name).pending_commit == b
+
+    assert move_model(wk.settings, wk.registry, name, subpath=None, download_policy="reuse-if-exists").phase == \
+        "Pending"
+    model = wk.registry.get_model(name)
+    assert model.pending_commit == b and model.next_revision == (None if tracked else "v2")
+    assert reconcile()[path] == "relinked"  # the pass also runs the move's ensure-model here
+    assert os.readlink(path) == f"{copies}/{a}"
+    assert {n: open(f"{path}/{n}", "rb").read() for n in a_files} == a_files
+    model = wk.registry.get_model(name)
+    assert model.phase == "Ready" and model.commit == a and model.local_paths[0].status == "Ready"
+    assert model.pending_commit == b
+
+    assert ensure_model(name) == "Ready"
+    model = wk.registry.get_model(name)
+    assert model.commit == b and model.pending_commit is None and os.readlink(path) == f"{copies}/{b}"
+    assert model.revision == ("main" if tracked else "v2") and model.next_revision is None
+
+
+def test_a_switch_back_left_unfinished_is_finished_by_a_plain_ensure(wk, hub, monkeypatch):
+    """`model update --revision v2` on a model no check comes to by itself: its path switches to B and the run is
+    killed before it records the model's switch; v2 then returns to A, and the next run finds nothing to switch to,
+    so the path must go back to A: killed again before it does. v2 then moves on to C. A plain `model ensure`
+    (nothing asked any more) switches the path back to A, never to C, and records that nothing is pending."""
+    import weightkeeper.flows.ensure_model as ensure
+
+    name, repo = "back-unfinished", "acme/track-back-unfinished"
+    a, b, a_files, path, copies = _switch_killed(wk, hub, name, repo, download_policy="reuse-if-exists")
+    with monkeypatch.context() as patched:
+        patched.setattr(Registry, "model_switched", _killed)
+        ensure_model(name, return_state=True)
+    model = wk.registry.get_model(name)
+    assert model.commit == a and model.pending_commit == b and os.readlink(path) == f"{copies}/{b}"
+
+    hub.add_repo(repo, a_files, revision="v2")
+    with monkeypatch.context() as patched:
+        patched.setattr(ensure, "_switch", _killed)
+        ensure_model(name, return_state=True)
+    model = wk.registry.get_model(name)
+    assert model.commit == a and model.pending_commit == a and model.next_revision is None and not model.track
+    assert wk.registry.get_artifact(model.local_paths[0].artifact_id).commit == b  # on another commit
+
+    hub.add_repo(repo, commit_files("C", (SHARDS[2],)), revision="v2")
+    assert ensure_model(name) == "Ready"
+    model = wk.registry.get_model(name)
+    assert os.readlink(path) == f"{copies}/{a}" and model.pending_commit is None and model.commit == a
+    assert wk.registry.get_artifact(model.local_paths[0].artifact_id).commit == a
+    assert {n: open(f"{path}/{n}", "rb").read() for n in a_files} == a_files
+    assert model.phase == "Ready" and model.local_paths[0].status == "Ready" and model.revision == "v2"

@@ -17,7 +17,7 @@ import errno
 import os
 import stat
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from weightkeeper.errors import CleanupError, LinkInTheWayError, NotOursError, UnsafePathError
 from weightkeeper.guard import VolumeRule, check_removable
@@ -204,8 +204,33 @@ class Dir:
     # -- files -------------------------------------------------------------------------------
 
     def open(self, name: str, flags: int, mode: int = 0o644) -> int:
-        """Open an entry of this directory; a link is never followed (ELOOP)."""
-        return os.open(name, flags | FILE_FLAGS, mode, dir_fd=self.fd)
+        """Open a regular file of this directory (with `O_CREAT`, made where nothing stands). What stands there is
+        looked at (`O_PATH`) before it is opened, and only a regular file is: opening anything else can act (a
+        device's driver, a FIFO's waiting writer). A link is ELOOP, a directory EISDIR, a FIFO, device or socket
+        ENXIO, none of them opened; the file opened is the one looked at (reopened through its descriptor)."""
+        for _ in range(3):
+            try:
+                probe = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
+            except FileNotFoundError:
+                if not flags & os.O_CREAT:
+                    raise
+                try:
+                    return os.open(name, flags | os.O_EXCL | FILE_FLAGS, mode, dir_fd=self.fd)
+                except FileExistsError:
+                    if flags & os.O_EXCL:
+                        raise
+                    continue  # made meanwhile: looked at first, as anything standing there
+            try:
+                if flags & os.O_CREAT and flags & os.O_EXCL:
+                    raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), self.path(name))
+                kind = stat.S_IFMT(os.fstat(probe).st_mode)
+                if kind != stat.S_IFREG:
+                    err = {stat.S_IFLNK: errno.ELOOP, stat.S_IFDIR: errno.EISDIR}.get(kind, errno.ENXIO)
+                    raise OSError(err, f"{os.strerror(err)} (not a regular file: never opened)", self.path(name))
+                return os.open(f"/proc/self/fd/{probe}", flags & ~os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK)
+            finally:
+                os.close(probe)
+        raise UnsafePathError(f"refusing {self.path(name)}: it keeps being made and removed while it is opened")
 
     def open_regular(self, name: str, flags: int, mode: int = 0o644) -> int:
         """Open (or create) a regular file with one link: a planted FIFO, device, link or hard link is unlinked
@@ -242,7 +267,7 @@ class Dir:
             return None
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            if st.st_size > limit:  # `open` opens nothing but a regular file
                 return None
             return os.read(fd, limit + 1)[:limit]
         finally:
@@ -261,24 +286,29 @@ class Dir:
             os.close(fd)
         self.rename(tmp, self, name)
 
-    def take(self, src: Dir, name: str, new: str, size: int) -> tuple[str, int]:
+    def take(self, src: Dir, name: str, new: str, size: int, room: Callable[[int], None], *,
+             others: bool) -> tuple[str, int]:
         """Make `new` here (a name that must not exist) the regular file `name` of `src`, which is opened first
         without following a link, so the file checked is the file put here: a hard link to that very inode
-        (`linkat` of the open descriptor) when both are on one filesystem and the inode is this process's and
-        writable by no one else, else a copy (`copy_file_range`, which shares extents where the filesystem can)
-        of at most `size` bytes. A file not of `size` bytes is refused before either (a planted sparse or growing
-        file never fills the volume). Returns "hard link" or "copy", and a descriptor open on the result (the
-        caller closes it)."""
+        (`linkat` of the open descriptor) when both are on one filesystem and the inode is ours alone (this
+        process's, writable by no one else), else a copy (`copy_file_range`, which shares extents where the
+        filesystem can) of at most `size` bytes, once `room(size)` let it (it raises to refuse). A file not of
+        `size` bytes is refused before either (a planted sparse or growing file never fills the volume); so is an
+        inode not ours alone unless `others`: its bytes may be someone's choice, which only a caller whose digest
+        resists a planted collision may take. Returns "hard link" or "copy", and a descriptor open on the result
+        (the caller closes it)."""
         fd = src.open(name, os.O_RDONLY)
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise UnsafePathError(f"refusing {src.path(name)}: not a regular file")
+            st = os.fstat(fd)  # a regular file (`open`)
             if st.st_size != size:
                 raise UnsafePathError(f"refusing {src.path(name)}: {st.st_size} bytes, not the {size} recorded")
             os.set_blocking(fd, True)
             try:  # only an inode this process owns and nobody else may write: no one can change it under the link
                 if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                    if not others:  # its bytes may be someone's choice
+                        raise UnsafePathError(f"refusing {src.path(name)} (owner uid {st.st_uid}, mode "
+                                              f"{stat.S_IMODE(st.st_mode):o}): not weightkeeper's alone, and its "
+                                              "digest would not tell a planted collision")
                     raise OSError(errno.EPERM, "not ours alone")
                 os.link(f"/proc/self/fd/{fd}", new, dst_dir_fd=self.fd, follow_symlinks=True)
                 fd, linked = -1, fd
@@ -286,6 +316,7 @@ class Dir:
             except OSError as e:
                 if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOENT):
                     raise
+            room(size)
             out = self.open(new, os.O_RDWR | os.O_CREAT | os.O_EXCL)
             try:
                 os.set_blocking(out, True)
@@ -362,22 +393,11 @@ class Dir:
             return False
         if not stat.S_ISDIR(st.st_mode):
             return self.unlink(name)
-        try:
-            child = self.descend(name)
-        except UnsafePathError:  # replaced by a link since the lstat: the link is what goes
-            return self.unlink(name)
-        except FileNotFoundError:
-            return False
+        if (child := self._enter(name)) is None:
+            return True  # a link swapped in was unlinked, or it went meanwhile: nothing of it is left
         with child:
-            st, here = os.fstat(child.fd), os.fstat(self.fd)
-            if st.st_dev != here.st_dev:
-                raise CleanupError(f"{child.where} is a mount point; nothing below it was removed: unmount it")
-            if st.st_uid != here.st_uid:
-                raise LinkInTheWayError(f"{child.where} (owner uid {st.st_uid}) is not owned as {self.where} (uid "
-                                        f"{here.st_uid}) is, so it is not weightkeeper's to empty: it is left in place "
-                                        "with all it holds, and what holds it is kept; move it away, then it goes")
             child.clear()
-            self.rmdir_if(name, st)
+            self.rmdir_if(name, os.fstat(child.fd))
         return True
 
     def rmdir_if(self, name: str, st: os.stat_result, strict: bool = False) -> bool:
@@ -412,9 +432,62 @@ class Dir:
         return True
 
     def clear(self) -> None:
-        """Remove everything below this directory (see `remove`: only directories of its owner are entered)."""
-        for name in self.entries():
-            self.remove(name)
+        """Remove everything below this directory (see `remove`: only directories owned as the one they are in are
+        entered, none on another filesystem). Depth first without recursion, holding directories open as `walk` does:
+        however deep a tree a user made, neither the stack nor the descriptors grow with it. A directory is removed
+        only while its name still names the one emptied."""
+        levels = [_Level("", Dir(os.dup(self.fd), self.where))]
+        try:
+            while levels:
+                if levels[-1].dir is None:
+                    _reopen_last(levels)
+                level, d = levels[-1], levels[-1].dir
+                if level.todo is None:  # entered just now: its files go, its directories are entered one by one
+                    level.todo = []
+                    for name in d.entries():
+                        st = d.lstat(name)
+                        if st is not None and stat.S_ISDIR(st.st_mode):
+                            level.todo.append(name)
+                        elif st is not None:
+                            d.unlink(name)
+                if not level.todo:  # emptied: removed from its parent, if it is still the directory there
+                    st = os.fstat(d.fd)
+                    levels.pop().close()
+                    if levels:
+                        if levels[-1].dir is None:
+                            _reopen_last(levels)
+                        levels[-1].dir.rmdir_if(level.name, st)
+                    continue
+                name = level.todo.pop()
+                if (child := d._enter(name)) is not None:
+                    levels.append(_Level(name, child))
+                    if len(levels) > WALK_OPEN + 1:
+                        levels[-WALK_OPEN - 1].close()
+        finally:
+            for level in levels:
+                level.close()
+
+    def _enter(self, name: str) -> Dir | None:
+        """The directory `name` here, to empty (see `remove`); None when it is gone, or was a link (unlinked)."""
+        try:
+            child = self.descend(name)
+        except UnsafePathError:  # replaced by a link since it was listed: the link is what goes
+            self.unlink(name)
+            return None
+        except FileNotFoundError:
+            return None
+        try:
+            st, here = os.fstat(child.fd), os.fstat(self.fd)
+            if st.st_dev != here.st_dev:
+                raise CleanupError(f"{child.where} is a mount point; nothing below it was removed: unmount it")
+            if st.st_uid != here.st_uid:
+                raise LinkInTheWayError(f"{child.where} (owner uid {st.st_uid}) is not owned as {self.where} (uid "
+                                        f"{here.st_uid}) is, so it is not weightkeeper's to empty: it is left in place "
+                                        "with all it holds, and what holds it is kept; move it away, then it goes")
+        except BaseException:
+            child.close()
+            raise
+        return child
 
     def mount_inside(self) -> str | None:
         """The first directory below this one on another filesystem, or None."""

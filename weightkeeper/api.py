@@ -11,6 +11,7 @@ Prometheus text format (`weightkeeper.metrics`).
 import gc
 import hashlib
 import hmac
+import re
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -41,6 +42,19 @@ from weightkeeper.tenancy import redact, refusal, viewer, visible
 PLAIN = r"^[^\x00-\x1f\x7f]*$"  # no NUL or other control character
 NAME = f"^{MODEL_NAME.pattern}$"
 Plain = Annotated[str, Field(max_length=63, pattern=PLAIN)]
+KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a field, parameter or header name: shown as is
+SHOWN_ERRORS = 5  # a body of 64 KiB holds thousands of made-up keys, each an error
+
+
+def where_and_why(errors: list[dict]) -> str:
+    """Invalid input as one short line: where and why, for the first few errors. The input itself is never echoed
+    (it may be a secret or hold control characters): a key the request made up is `<key>` unless a plain name."""
+
+    def where(loc: tuple) -> str:
+        return ".".join(str(p) if isinstance(p, int) or KEY.fullmatch(p) else "<key>" for p in loc)
+
+    said = "; ".join(f"{where(e['loc'])}: {e['msg']}" for e in errors[:SHOWN_ERRORS])
+    return said + (f"; and {len(errors) - SHOWN_ERRORS} more" if len(errors) > SHOWN_ERRORS else "")
 
 
 class ModelCreate(BaseModel):
@@ -172,9 +186,7 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     def unprocessable(_: Request, e: RequestValidationError) -> JSONResponse:
-        # where and why only: the input itself is never echoed (it may be a secret or hold control characters)
-        return problem(422, "Invalid", "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}"
-                                                 for err in e.errors()))
+        return problem(422, "Invalid", where_and_why(list(e.errors())))
 
     @app.exception_handler(StarletteHTTPException)  # FastAPI's, and the router's own (no such route, bad JSON)
     def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:

@@ -60,8 +60,9 @@ def paths_table(model: Model) -> Table:
     return table
 
 
-def follow(registry: Registry, name: str, work: Callable[[], object]) -> Model | None:
-    """Run `work` (a flow) in a thread and show each path's progress from the registry until it ends."""
+def follow(registry: Registry, name: str, work: Callable[[], object]) -> tuple[Model | None, Exception | None]:
+    """Run `work` (a flow) in a thread and show each path's progress from the registry until it ends; the model
+    then, and what the flow raised (None when it returned)."""
     outcome: list[BaseException] = []
 
     def run() -> None:
@@ -93,7 +94,7 @@ def follow(registry: Registry, name: str, work: Callable[[], object]) -> Model |
             time.sleep(0.5)
     if outcome and not isinstance(outcome[0], Exception):
         raise outcome[0]
-    return registry.find_model(name)
+    return registry.find_model(name), outcome[0] if outcome else None
 
 
 def start_in_background(settings: Settings, flow: str, name: str) -> str:
@@ -131,13 +132,16 @@ def _launch(args, settings: Settings, registry: Registry, flow: str, name: str) 
                       f"follow it with `weightkeeper model get {name}`")
         return 0
     with prefect_api(settings.home):
-        model = follow(registry, name, lambda: _run_flow(flow, name))
+        model, failure = follow(registry, name, lambda: _run_flow(flow, name))
     if model is None:
         console.print(f"model {name} released: every file it put down is gone")
         return 0
     console.print(paths_table(model))
-    if model.phase != READY:
-        err_console.print(f"model {name} is {model.phase}: {model.message}", soft_wrap=True)
+    if failure is not None:  # the run ended early: what stopped it, then where the model was left
+        said = (str(failure).strip().splitlines() or [""])[0][:300]
+        _error(f"{flow} of {name} stopped: {type(failure).__name__}{': ' + said if said else ''}", 1)
+    if model.phase != READY or failure is not None:
+        err_console.print(f"model {name} is {model.phase}: {model.message}", soft_wrap=True, highlight=False)
         return 1
     return 0
 

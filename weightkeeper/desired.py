@@ -6,6 +6,7 @@ import posixpath
 from datetime import datetime
 
 from weightkeeper.config import DELETE_FLOW, ENSURE_FLOW
+from weightkeeper.planning import last_turn
 from weightkeeper.registry.common import DELETING, DOWNLOADING, PENDING, READY, STAGING
 
 IN_PROGRESS = (PENDING, STAGING, DOWNLOADING)
@@ -27,14 +28,18 @@ def needed_run(phase: str, live_run: str | None, update: bool = False) -> str | 
 
 
 def update_due(phase: str, track: bool, next_revision: str | None, head_checked_at: datetime | None,
-               now: datetime, interval: float) -> bool:
+               now: datetime, interval: float, model_id: int) -> bool:
     """A Ready model's next commit is due to be asked for: a revision `model update` asked for and not asked
-    yet, or a tracked branch whose head was last asked `interval` seconds ago or never."""
+    yet, or a tracked branch never asked, or whose turn (`last_turn`) came half an interval or more after it was
+    last asked: once per interval, at its turn (the first time between 0.5 and 1.5 intervals after the last)."""
     if phase != READY:
         return False
     if next_revision and head_checked_at is None:
         return True
-    return track and (head_checked_at is None or (now - head_checked_at).total_seconds() >= interval)
+    if not track:
+        return False
+    return head_checked_at is None or interval <= 0 or \
+        (last_turn(model_id, now, interval) - head_checked_at).total_seconds() >= interval / 2
 
 
 def orphans(children: list[str], recorded: list[str]) -> list[str]:

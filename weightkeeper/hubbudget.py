@@ -11,6 +11,11 @@ How long a 429 says to wait comes from its `Retry-After` (seconds or an HTTP dat
 `RateLimit` header (`"api";r=0;t=55`: none remaining for 55 s) bounded by `RateLimit-Policy`'s window
 (`"fixed window";"api";q=1000;w=300`); the server is not trusted: garbage is ignored and every wait is
 bounded by the window setting.
+
+A fetch waits for the budget while it holds a download slot only briefly: a wait longer than SLOT_WAIT_SECONDS
+(a spent budget, a 429's block) gives the slot back to the downloads that need no Hub request (S3, another
+token's budget) and is waited without it (`HubBudget.held`); the fetch then takes a slot again and resumes
+from its partial files.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, TypeVar
 
@@ -36,6 +42,7 @@ THROTTLE_ATTEMPTS = 8  # sends of one request answered 429 before it fails (and 
 WAIT_STEP_SECONDS = 1.0  # a wait sleeps in steps this long, saying so and staying cancellable
 FALLBACK_WAIT_SECONDS = 2.0  # a 429 with no usable header waits this, doubled each attempt (bounded)
 MIN_WAIT_SECONDS = 0.5  # a 429 that says to wait less (or 0) still waits this: no hammering
+SLOT_WAIT_SECONDS = 10.0  # a longer wait for the budget gives the download slot back (`HubBudget.held`)
 _NAME = re.compile(r'"[^"]{0,64}"')  # an item's name: `"api"` (a policy has two: `"fixed window";"api";q=1000;w=300`)
 _KEY = re.compile(r"[a-z]{1,8}")
 _DIGITS = re.compile(r"[0-9]{1,12}")
@@ -112,6 +119,15 @@ class Throttled(Exception):
         self.headers = dict(headers)
 
 
+class SlotYielded(Exception):
+    """A wait for the budget longer than SLOT_WAIT_SECONDS in a download slot: the fetch stops (its partial files
+    kept) and waits `seconds` without the slot (`HubBudget.held`)."""
+
+    def __init__(self, seconds: float):
+        super().__init__(f"{budget_message(seconds)}; the download slot is given back meanwhile")
+        self.seconds = seconds
+
+
 class HubBudget:
     """Takes Hub requests from the registry's budget (None: no budget, only 429s are waited for). `on_wait`
     is told the seconds left while a request waits (at most every WAIT_STEP_SECONDS; it may raise to stop the
@@ -122,6 +138,7 @@ class HubBudget:
         self.registry, self.limits, self.window, self.on_wait = registry, dict(limits), window, on_wait
         self._lock = threading.Lock()
         self._waiting, self._told = 0, 0.0
+        self._in_slot = False  # set by `held`: a long wait raises SlotYielded instead of sleeping
 
     def _sleep(self, seconds: float) -> None:
         """Sleep `seconds` in steps, telling `on_wait`; a fetch stopped meanwhile ends the wait (TransferInterrupted)."""
@@ -143,6 +160,8 @@ class HubBudget:
             self._waiting += 1
         try:
             while (seconds := wait()) > 0:
+                if self._in_slot and seconds > SLOT_WAIT_SECONDS:
+                    raise SlotYielded(seconds)
                 self._sleep(seconds)
         finally:
             with self._lock:
@@ -152,6 +171,21 @@ class HubBudget:
                     self._told = 0.0
         if last:  # not after an error: what stopped the wait says why
             self.on_wait(None)
+
+    def held(self, slot: Callable[[], AbstractContextManager], work: Callable[[], R]) -> R:
+        """`work()` (a fetch taking its requests from this budget) inside `slot()` (a download slot); when a request
+        would wait longer than SLOT_WAIT_SECONDS, the fetch stops, the slot is given back, the wait is slept
+        without it, and `work()` runs again in a slot of its own (resuming from its partial files)."""
+        while True:
+            with slot():
+                self._in_slot = True
+                try:
+                    return work()
+                except SlotYielded as e:
+                    until = time.monotonic() + e.seconds
+                finally:
+                    self._in_slot = False
+            self._waits(lambda: until - time.monotonic())
 
     def take(self, key: str, bucket: str) -> None:
         """Wait until the budget grants one request of `bucket` (counted as sent)."""

@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from weightkeeper.config import Settings
+from weightkeeper.errors import redact_urls
 from weightkeeper.hubbudget import BUDGET_WAIT
 from weightkeeper.phase import PathStatus, Phase
 from weightkeeper.registry import Registry
@@ -87,7 +88,8 @@ class RegistryCollector(Collector):
             logger.warning("download slots not read from Prefect: no answer in %s s", PREFECT_READ_SECONDS)
             return
         except Exception as e:  # noqa: BLE001 - Prefect unreachable: the registry's metrics are still answered
-            logger.warning("download slots not read from Prefect: %s", e)
+            # its URL may carry PREFECT_API_URL's user info (a password)
+            logger.warning("download slots not read from Prefect: %s", redact_urls(str(e)))
             return
         yield GaugeMetricFamily("weightkeeper_download_slots_in_use", "Download slots taken (Prefect's global "
                                 "concurrency limit)", value=in_use)

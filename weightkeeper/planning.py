@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from huggingface_hub.utils import filter_repo_objects
 
@@ -14,6 +16,7 @@ from weightkeeper.layout import model_path
 ALLOW_PATTERNS = ("*.safetensors", "*.json", "tokenizer*", "*.model", "*.tiktoken", "*.txt", "*.py", "*.jinja")
 FALLBACK_WEIGHTS = ("*.bin", "*.pth", "*.pt")
 IGNORE_PATTERNS = ("original/*",)
+TURNS = 32  # a tracked model's head is asked at one of this many turns spread over the interval, by its id
 
 
 @dataclass(frozen=True)
@@ -201,3 +204,10 @@ def failover_workspace(workspaces: Sequence[Workspace], current: str) -> Workspa
     return next((w for w in [*workspaces[i + 1:], *workspaces[:i]]
                  if here.volume and (w.cluster, w.volume, w.public, w.owner) == (here.cluster, here.volume, here.public,
                                                                                  here.owner)), None)
+
+
+def last_turn(model_id: int, now: datetime, interval: float) -> datetime:
+    """When a tracked model's turn to be asked last came, at or before `now`: every `interval` seconds, at an
+    offset of its own within it (its id's share of TURNS), so that models asked together go their own ways."""
+    offset = model_id % TURNS * interval / TURNS
+    return datetime.fromtimestamp(math.floor((now.timestamp() - offset) / interval) * interval + offset, timezone.utc)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import posixpath
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import and_, select
+from sqlalchemy.orm import aliased
 
 from weightkeeper.errors import NotFoundError
+from weightkeeper.layout import copy_name
 from weightkeeper.phase import derive_phase
 from weightkeeper.registry.common import DELETING, FAILED, READY, _utc, scrub_message, utcnow
 from weightkeeper.registry.leases import Kind, Lease, held_by
@@ -45,6 +49,13 @@ class Artifact:
     users: list[ArtifactUser]
     released_at: datetime | None = None  # a model switched away from it: kept for track_grace_seconds after
     made: str | None = None  # its directory's identity once weightkeeper made it (`fsops.own_directory`)
+    switching: list[str] = field(default_factory=list)  # models whose pending commit it is (`_switching`)
+
+    @property
+    def in_use(self) -> bool:
+        """Garbage collection keeps it: a path links to it, or a model switches to it (the copy its switch fills,
+        or resumes after one that failed or was killed). Repairs are for `users` alone."""
+        return bool(self.users or self.switching)
 
     def to_json(self) -> dict:
         return {"path": self.path, "repo": self.repo_id, "commit": self.commit, "state": self.state,
@@ -66,20 +77,43 @@ class ArtifactOps:
         return row
 
     def _artifact_view(self, s, row: ArtifactRow) -> Artifact:
-        return self._artifact_views(s, [row], LocalPathRow.artifact_id == row.id)[0]
+        return self._artifact_views(s, [row], lambda copy_id: copy_id == row.id)[0]
 
-    def _artifact_views(self, s, rows: list[ArtifactRow], linked) -> list[Artifact]:
-        """Views of shared copies, their users (among the paths `linked` selects) and leases read in one query each."""
+    def _artifact_views(self, s, rows: list[ArtifactRow], which: Callable) -> list[Artifact]:
+        """Views of shared copies, their users and switching models (of the copies `which` selects, given a copy id
+        column) and leases read in one query each."""
         users: dict[int, list[ArtifactUser]] = {}
         for artifact_id, name, pid, ws, path, keep, phase in s.execute(
                 select(LocalPathRow.artifact_id, ModelRow.name, LocalPathRow.id, LocalPathRow.workspace,
-                       LocalPathRow.path, ModelRow.keep_files, ModelRow.phase).join(ModelRow).where(linked)
-                .order_by(LocalPathRow.id)):
+                       LocalPathRow.path, ModelRow.keep_files, ModelRow.phase).join(ModelRow)
+                .where(which(LocalPathRow.artifact_id)).order_by(LocalPathRow.id)):
             users.setdefault(artifact_id, []).append(ArtifactUser(name, pid, ws, path, keep, phase == DELETING))
+        switching = self._switching(s, which)
         leases = self._leases(s, Kind.ARTIFACT, [row.id for row in rows])
         return [Artifact(row.id, row.repo_id, row.commit, row.cluster, row.volume, row.path, row.files, row.state,
                          row.message, row.size_bytes, _utc(row.verified_at), _utc(row.checked_at), _utc(row.unreachable_since),
-                         leases.get(row.id), users.get(row.id, []), _utc(row.released_at), row.made) for row in rows]
+                         leases.get(row.id), users.get(row.id, []), _utc(row.released_at), row.made,
+                         switching.get(row.id, [])) for row in rows]
+
+    def _switching(self, s, which: Callable) -> dict[int, list[str]]:
+        """The live Ready models switching to each shared copy `which` selects, by copy id: its commit is their
+        pending one, of their repository and patterns (its name is their `copy_name`), on the cluster and volume
+        of the copy a live Ready path of theirs links to now (where its switch fills the new one)."""
+        new, now = aliased(ArtifactRow), aliased(ArtifactRow)
+        rows = s.execute(
+            select(new.id, new.path, ModelRow.name, ModelRow.pending_commit, ModelRow.include_patterns,
+                   ModelRow.exclude_patterns)
+            .select_from(ModelRow).join(LocalPathRow, LocalPathRow.model_id == ModelRow.id)
+            .join(now, now.id == LocalPathRow.artifact_id)
+            .join(new, and_(new.repo_id == ModelRow.repo_id, new.commit == ModelRow.pending_commit,
+                            new.cluster == now.cluster, new.volume == now.volume))
+            .where(ModelRow.phase == READY, LocalPathRow.status == READY, LocalPathRow.retired.is_(False),
+                   which(new.id)).order_by(ModelRow.name))
+        out: dict[int, list[str]] = {}
+        for artifact_id, path, name, commit, include, exclude in rows:  # a row for each path of theirs there
+            if posixpath.basename(path) == copy_name(commit, include, exclude) and name not in out.get(artifact_id, ()):
+                out.setdefault(artifact_id, []).append(name)
+        return out
 
     def artifact_for(self, repo_id: str, commit: str, cluster: str, volume: str, path: str,
                      files: list[dict]) -> Artifact:
@@ -101,10 +135,10 @@ class ArtifactOps:
             return self._artifact_view(s, row) if row else None
 
     def list_artifacts(self) -> list[Artifact]:
-        """Every shared copy, in three queries whatever the count."""
+        """Every shared copy, in four queries whatever the count."""
         with self._tx() as s:
             rows = list(s.scalars(select(ArtifactRow).order_by(ArtifactRow.id)))
-            return self._artifact_views(s, rows, LocalPathRow.artifact_id.is_not(None))
+            return self._artifact_views(s, rows, lambda copy_id: copy_id.is_not(None))
 
     def claim_artifact(self, artifact_id: int, holder, lease_seconds: float) -> Lease | None:
         """Make `holder` the one writer of a shared copy; the lease of the run that keeps it from it, if any."""

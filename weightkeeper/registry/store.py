@@ -489,7 +489,9 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
 
     def update_model(self, name: str, plan: Plan, subpath: str | None, download_policy: str) -> Model:
         """Move a live model: entries the new plan keeps stay, new ones are added Pending, the others are
-        retired (cleaned by the next ensure once the new paths are Ready). Its phase becomes Pending."""
+        retired (cleaned by the next ensure once the new paths are Ready). Its phase becomes Pending. A switch's
+        pending commit and a revision asked for stay (the switch goes on once it is Ready again): the pending
+        commit is what tells a link a killed switch renamed to its copy from someone else's."""
         now = utcnow()
         with self._tx(path_lock=True) as s:
             row = self._model(s, name)
@@ -510,7 +512,6 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
                                           message="", bytes_done=0, bytes_total=0, owned=False, updated_at=now)
                              for p in wanted.values())
             row.subpath, row.download_policy = subpath, download_policy
-            row.pending_commit = row.pending_files = row.next_revision = None  # a switch starts again once moved
             row.phase, row.message, row.updated_at = PENDING, "moving to new paths", now
             s.flush()
             return _view(row)

@@ -11,22 +11,25 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import and_, or_, select, true
 from sqlalchemy.orm import Session
 
 from weightkeeper.config import Workspace
 from weightkeeper.errors import ConflictError
-from weightkeeper.planning import changed_bytes
+from weightkeeper.planning import TURNS, changed_bytes, last_turn
 from weightkeeper.registry.common import DELETING, READY, scrub_message, utcnow
 from weightkeeper.registry.leases import Kind
 from weightkeeper.registry.schema import ArtifactRow, LocalPathRow, ModelRow
 
 
 def update_due(now: datetime, interval: float):
-    """The SQL condition of a Ready model whose next commit is due to be asked for: a revision `model update` asked
-    for and not asked yet, or a tracked branch whose head was last asked `interval` seconds ago or never (as
-    `desired.update_due` decides for one model)."""
-    asked = or_(ModelRow.head_checked_at.is_(None), ModelRow.head_checked_at <= now - timedelta(seconds=interval))
+    """The SQL condition of a Ready model whose next commit is due to be asked for (as `desired.update_due` decides
+    for one model): a revision `model update` asked for and not asked yet, or a tracked branch never asked, or whose
+    turn (`planning.last_turn`, one condition per turn) came half an interval or more after it was last asked."""
+    half = timedelta(seconds=interval / 2)
+    asked = or_(ModelRow.head_checked_at.is_(None), true() if interval <= 0 else or_(*(
+        and_(ModelRow.id % TURNS == turn, ModelRow.head_checked_at <= last_turn(turn, now, interval) - half)
+        for turn in range(TURNS))))
     requested = and_(ModelRow.next_revision.is_not(None), ModelRow.head_checked_at.is_(None))
     return and_(ModelRow.phase == READY, or_(requested, and_(ModelRow.track.is_(True), asked)))
 
@@ -63,12 +66,17 @@ class UpdateOps:
         return any(not deleting for _, deleting in self._owners(s, p.cluster, p.path, row, share=False))
 
     def head_checked(self, name: str, commit: str | None, files: list[dict], held: str | None = None,
-                     asked: str | None = None) -> bool:
-        """Record the commit the revision points at now (None: it could not be asked, and a revision asked for
-        is dropped); True when the model has to switch to it (it is pending). `held`: why it may not (recorded
-        as the model's message instead). `asked`: the revision that was asked; an answer for another than the
-        model's now (`model update` asked for one since) is dropped, and that one stays due. With nothing to switch
-        to, paths an unfinished switch left on another commit switch back to the model's (`_switch_back`)."""
+                     asked: str | None = None, permanent: bool = False) -> bool:
+        """Record what asking the model's revision answered: the commit it points at now; True when the model has to
+        switch to it (it is pending). `held`: why it may not (recorded as the model's message instead). `asked`: the
+        revision that was asked; an answer for another than the model's now (`model update` asked for one since) is
+        dropped, and that one stays due. With nothing to switch to, paths an unfinished switch left on another
+        commit switch back to the model's (`_switch_back`). `commit` None: no commit came back (`held` says why).
+        Only a `permanent` answer (the revision does not exist, or may not be read) drops the revision asked for
+        and the pending commit; after a transient failure both stay as they were (the pending commit is what tells
+        a link a killed switch renamed to its copy from someone else's) and nothing switches; asked now, the model is
+        asked again at its next interval (tracked) or its next `model ensure`, not at every pass while the Hub is
+        down."""
         with self._tx() as s:
             row = self._model(s, name)
             if asked is not None and asked != (row.next_revision or row.revision):
@@ -76,10 +84,12 @@ class UpdateOps:
             row.head_checked_at = row.updated_at = utcnow()
             if row.phase != READY:
                 return False
+            if held:
+                row.message = scrub_message(held)
+            if commit is None and not permanent:
+                return False
             if commit is None or held or commit == row.commit:
                 row.pending_commit = row.pending_files = None
-                if held:
-                    row.message = scrub_message(held)
                 if commit == row.commit:
                     _settle_revision(row)
                 elif commit is None:
