@@ -1208,7 +1208,7 @@ MUTATIONS = {
         "weightkeeper/pods.py", "    if not isinstance(items, list) or not all(",
         "    if False and not all(", "tests/test_kube.py::test_the_pod_check_gives_up_on_an_api_server_that_drips_floods_or_lies[not-a-list]"),
     "pods-found-by-model-label": (
-        "weightkeeper/pods.py", "        [f\"{MODEL_LABEL}={model},{FLOW_LABEL}={DOWNLOAD_FLOW}\"] if model else [])",
+        "weightkeeper/pods.py", "        [f\"{MODEL_LABEL}={model_label(model)},{FLOW_LABEL}={DOWNLOAD_FLOW}\"] if model else [])",
         "        [] if model else [])", "tests/test_kube.py::test_a_pod_of_a_run_prefect_no_longer_knows_still_counts"),
     "delete-pods-by-model-label": (
         "tasks/cleanup.py", "pods += live_pods(ws.kubernetes, runs, model=model.name)",
@@ -1319,8 +1319,8 @@ MUTATIONS = {
         "weightkeeper/s3.py", "    return bool(PARTS_ETAG.fullmatch(etag))",
         "    return False", "tests/test_s3_attacks.py::test_a_source_object_replaced_after_listing_fails_at_once_saying_so[multipart]"),
     "pods-label-finds-cleanups-too": (
-        "weightkeeper/pods.py", "[f\"{MODEL_LABEL}={model},{FLOW_LABEL}={DOWNLOAD_FLOW}\"]",
-        "[f\"{MODEL_LABEL}={model}\"]", "tests/test_kube.py::test_a_pod_of_a_run_prefect_no_longer_knows_still_counts"),
+        "weightkeeper/pods.py", "[f\"{MODEL_LABEL}={model_label(model)},{FLOW_LABEL}={DOWNLOAD_FLOW}\"]",
+        "[f\"{MODEL_LABEL}={model_label(model)}\"]", "tests/test_kube.py::test_a_pod_of_a_run_prefect_no_longer_knows_still_counts"),
     "stale-head-answer-recorded": (
         "weightkeeper/registry/updates.py", "            if asked is not None and asked != (row.next_revision or row.revision):",
         "            if False:", "tests/test_tracking_attacks.py::test_a_revision_asked_for_while_a_check_is_out_is_never_taken_for_the_commit_switched_to[checking]"),
@@ -1408,6 +1408,33 @@ MUTATIONS = {
     "plain-ensure-asks-an-untracked-models-head": (
         "flows/ensure_model.py", "    if not (model.track or model.next_revision):\n        switching = True",
         "    if False:\n        switching = True", "tests/test_tracking_attacks.py::test_a_switch_back_left_unfinished_is_finished_by_a_plain_ensure"),
+    "job-label-of-another-model": (
+        "weightkeeper/kube.py", "labels = {f\"{LABEL}/model\": model_label(model),",
+        "labels = {f\"{LABEL}/model\": model,", "tests/test_kube.py::test_a_jobs_labels_reach_its_pod_as_weightkeeper_set_them_and_the_api_server_takes_them"),
+    "job-label-refused": (
+        "weightkeeper/kube.py", "    if owner := _label_value(owner_name):",
+        "    if owner := owner_name:", "tests/test_kube.py::test_a_jobs_labels_reach_its_pod_as_weightkeeper_set_them_and_the_api_server_takes_them"),
+    "job-without-deadline": (
+        "weightkeeper/kubernetes/base-job-template.json", "        \"activeDeadlineSeconds\": \"{{ workspace.deadline_seconds }}\",\n",
+        "", "tests/test_kube.py::test_rendered_job_runs_as_the_owner_with_the_workspace_volume"),
+    "job-deadline-before-cleanup-wait": (
+        "weightkeeper/deployments.py", "max(run_budget(flow, settings) for flow in (DOWNLOAD_FLOW, CLEAN_FLOW))",
+        "run_budget(DOWNLOAD_FLOW, settings)", "tests/test_kube.py::test_a_job_that_never_starts_or_never_ends_is_ended_by_kubernetes_once_its_run_gave_up"),
+    "job-imports-from-working-directory": (
+        "weightkeeper/kubernetes/base-job-template.json", "                  \"-P\",\n",
+        "", "tests/test_kube.py::test_the_jobs_command_runs_no_code_its_owner_planted"),
+    "job-runs-user-site": (
+        "weightkeeper/kubernetes/base-job-template.json", "                  \"-s\",\n",
+        "", "tests/test_kube.py::test_the_jobs_command_runs_no_code_its_owner_planted"),
+    "job-seccomp-unconfined": (
+        "weightkeeper/kubernetes/base-job-template.json", "              \"runAsUser\": \"{{ run_as_user }}\",\n              \"seccompProfile\": {\n                \"type\": \"RuntimeDefault\"\n              }\n",
+        "              \"runAsUser\": \"{{ run_as_user }}\"\n", "tests/test_kube.py::test_rendered_job_runs_as_the_owner_with_the_workspace_volume"),
+    "job-needs-token-secret": (
+        "weightkeeper/kube.py", "{\"secretRef\": {\"name\": target.token_secret, \"optional\": True}}",
+        "{\"secretRef\": {\"name\": target.token_secret}}", "tests/test_kube.py::test_rendered_job_runs_as_the_owner_with_the_workspace_volume"),
+    "pods-of-a-model-by-its-label": (
+        "weightkeeper/pods.py", "[f\"{MODEL_LABEL}={model_label(model)},",
+        "[f\"{MODEL_LABEL}={model},", "tests/test_kube.py::test_a_pod_of_a_run_prefect_no_longer_knows_still_counts"),
 }
 
 

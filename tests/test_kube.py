@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -37,6 +38,7 @@ from weightkeeper.planning import failover_workspace
 PVC = KubernetesTarget(namespace="team-a", image="registry.local/weightkeeper:0.1", volume_claim="models-a",
                        token_secret="hf-token", cpu="1", memory="2Gi")
 HOST = KubernetesTarget(namespace="team-b", image="registry.local/weightkeeper:0.1", host_path="/data/models-b")
+DEADLINE = 12345  # the jobs' deadline these templates carry
 
 RENDER = textwrap.dedent("""
     import asyncio, json, sys, uuid
@@ -54,7 +56,7 @@ RENDER = textwrap.dedent("""
 def render(target: KubernetesTarget, variables: dict, env: dict | None = None) -> dict:
     """The Job manifest a Kubernetes worker started with `env` would create for a run with `variables` in the
     pool of a workspace with `target` mounted at /mnt/models."""
-    proc = subprocess.run([sys.executable, "-c", RENDER, json.dumps(base_job_template(target, "/mnt/models")),
+    proc = subprocess.run([sys.executable, "-c", RENDER, json.dumps(base_job_template(target, "/mnt/models", DEADLINE)),
                            json.dumps(variables)], capture_output=True, text=True,
                           env=env if env is not None else dict(os.environ), timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -83,6 +85,8 @@ def test_rendered_job_runs_as_the_owner_with_the_workspace_volume(target, needs_
     pod = job.spec.template.spec
     assert (pod.security_context.run_as_user, pod.security_context.run_as_group) == (1234, 1234)
     assert pod.security_context.run_as_non_root and pod.automount_service_account_token is False
+    assert pod.security_context.seccomp_profile.type == "RuntimeDefault"  # admitted where Pod Security is restricted
+    assert job.spec.active_deadline_seconds == DEADLINE
     assert pod.service_account_name == "weightkeeper-jobs"
     (container,) = pod.containers
     assert container.image == target.image and container.security_context.allow_privilege_escalation is False
@@ -106,7 +110,7 @@ def test_rendered_job_runs_as_the_owner_with_the_workspace_volume(target, needs_
         ("weightkeeper-prefect-auth", "PREFECT_API_AUTH_STRING")
     assert "workerAUTH123" not in json.dumps(manifest)
     if needs_token:  # the token comes from the Secret in the namespace, never from the manifest
-        assert [s.secret_ref.name for s in container.env_from] == ["hf-token"]
+        assert [(s.secret_ref.name, s.secret_ref.optional) for s in container.env_from] == [("hf-token", True)]
         assert env["WEIGHTKEEPER_TOKEN_ENV"].value == "HF_TOKEN" and "HF_TOKEN" not in env
     else:
         assert not container.env_from
@@ -127,6 +131,46 @@ def test_jobs_get_no_prefect_setting_or_token_of_the_process_that_starts_the_wor
     for value in secrets.values():
         assert value not in manifest
     assert "http://prefect.svc:4200/api" in manifest  # the one setting a job needs
+
+
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")  # Kubernetes' syntax, 63 characters at most
+
+
+def test_a_jobs_labels_reach_its_pod_as_weightkeeper_set_them_and_the_api_server_takes_them():
+    """Names the worker's label slugs would change: its pods' label would give model `a--b` the label of another
+    user's model `a-b` (whose delete would then wait for them, while its own misses them), and an owner named `___`
+    would be passed on as it is, a value the API server refuses: that job would never run. Every label of the Job
+    and its pod is valid, weightkeeper's reach them as `job_variables` set them, and no two models share one."""
+    models = {}
+    for model, owner in [("a--b", "___"), ("a-b", "alice@corp.example"), ("m" * 63, "日本" * 40 + "y" * 300)]:
+        variables = job_variables(PVC, model=model, owner_name=owner, owner_uid=1234, needs_token=False)
+        job = validated(render(PVC, variables), "V1Job")
+        for labels in (job.metadata.labels, job.spec.template.metadata.labels):
+            assert all(len(v) <= 63 and LABEL_VALUE.fullmatch(v) for v in labels.values()), labels
+            assert {k: v for k, v in labels.items() if k.startswith("weightkeeper.io/")} == variables["labels"]
+        models[model] = variables["labels"]["weightkeeper.io/model"]
+    assert len(set(models.values())) == len(models) and models["a-b"] == "a-b"
+
+
+def test_a_job_that_never_starts_or_never_ends_is_ended_by_kubernetes_once_its_run_gave_up(tmp_path):
+    """A job whose pod never starts (an image that cannot be pulled, a quota) or hangs stays while nothing cancels
+    it (its lifecycle run is gone, the cluster's worker is down), and a delete of its model waits for its pod.
+    Kubernetes ends it at the pool's deadline: later than the longest a lifecycle run waits for a download or a
+    cleanup job (here the cleanup's, with long back-offs), so never a job a run still counts on."""
+    from weightkeeper.config import CLEAN_FLOW, DOWNLOAD_FLOW
+    from weightkeeper.deployments import kubernetes_template
+    from weightkeeper.flows.jobs import START_SECONDS
+    from weightkeeper.flows.paths import run_budget
+
+    config = tmp_path / "config.toml"
+    config.write_text('download_timeout_seconds = 60\ncleanup_retry_seconds = 3600\ncleanup_retry_max_seconds = 86400\n'
+                      '[[workspaces]]\nname = "gpu"\nvolume = "/mnt/gpu"\nwork_pool = "kube-deadline"\n'
+                      '[workspaces.kubernetes]\nnamespace = "a"\nimage = "i"\nvolume_claim = "v"\n')
+    settings = load_settings(config)
+    deadline = kubernetes_template(settings, "kube-deadline")["job_configuration"]["job_manifest"]["spec"][
+        "activeDeadlineSeconds"]
+    waits = [START_SECONDS + run_budget(flow, settings) for flow in (DOWNLOAD_FLOW, CLEAN_FLOW)]
+    assert isinstance(deadline, int) and deadline > max(waits) and waits[1] > waits[0], (deadline, waits)
 
 
 def test_job_variables_refuse_root_and_a_token_without_a_secret():
@@ -227,7 +271,7 @@ def test_jobs_of_workspaces_in_the_control_process_pool_run_inside_the_lifecycle
 def test_kubernetes_workspaces_get_a_kubernetes_pool_from_the_template(tmp_path):
     from prefect.client.orchestration import get_client
 
-    from weightkeeper.deployments import ensure_work_pools
+    from weightkeeper.deployments import ensure_work_pools, kubernetes_template
 
     config = tmp_path / "config.toml"
     config.write_text(textwrap.dedent("""
@@ -251,8 +295,7 @@ def test_kubernetes_workspaces_get_a_kubernetes_pool_from_the_template(tmp_path)
     assert ensure_work_pools(settings) == []  # idempotent
     with get_client(sync_client=True) as client:
         east, control = client.read_work_pool("kube-test-east"), client.read_work_pool("kube-test-control")
-    target = settings.workspace("gpu").kubernetes
-    assert east.type == "kubernetes" and east.base_job_template == base_job_template(target, "/mnt/gpu")
+    assert east.type == "kubernetes" and east.base_job_template == kubernetes_template(settings, "kube-test-east")
     assert control.type == "process"
     config.write_text(config.read_text().replace("weightkeeper:0.1", "weightkeeper:0.2"))
     assert ensure_work_pools(load_settings(config)) == []  # an existing pool gets the new template
@@ -520,23 +563,73 @@ def test_a_pod_of_a_run_prefect_no_longer_knows_still_counts(tmp_path):
         assert ("/api/v1/namespaces/team-a/pods", selector) in cluster.requests
         cluster.pods[("team-a", "forgotten")] = [("download-forgotten-gpu-z9", "Succeeded")]
         assert live_pods(target, [], model="forgotten") == []
+        cluster.pods[("team-a", "two__parts")] = [("download-two--parts-gpu-a1", "Running")]  # as its job labels it
+        assert live_pods(target, [], model="two--parts") == ["team-a/download-two--parts-gpu-a1"]
+        assert live_pods(target, [], model="two-parts") == []  # another model
     finally:
         cluster.stop()
+
+
+AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def _code_for_nobody() -> Path:
+    """A folder of its own holding a copy of this tree's `weightkeeper` package that nobody (uid 65534) can read."""
+    import weightkeeper
+
+    code = Path(tempfile.mkdtemp(prefix="wk-job-code-", dir="/var/tmp"))
+    shutil.copytree(Path(weightkeeper.__file__).parent, code / "weightkeeper", ignore=shutil.ignore_patterns("*.pyc"))
+    for folder, _, files in os.walk(code):
+        os.chmod(folder, 0o755)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o644)
+    return code
+
+
+@pytest.mark.parametrize("planted", ["package-in-the-working-directory", "pth-in-the-user-site"])
+def test_the_jobs_command_runs_no_code_its_owner_planted(planted):
+    """A job runs as the model's owner, who writes on the volume. With an image whose working directory or HOME is
+    there, the owner plants a `weightkeeper` package where `python -m` looks first, or a `.pth` file in their user
+    site-packages: the job would run their code before it is undumpable, with its secrets. The pool's command
+    (here with the image's own Python, no venv) runs weightkeeper's job instead, as far as Prefect's engine."""
+    variables = job_variables(HOST, model="m", owner_name="nobody", owner_uid=65534, needs_token=False)
+    python, *args = render(HOST, variables)["spec"]["template"]["spec"]["containers"][0]["args"]
+    code = _code_for_nobody()
+    owner, ran = code / "owner", code / "owner" / "ran"  # on the volume: the working directory, or HOME
+    plant = f"open({str(ran)!r}, 'w').close()"
+    if planted == "package-in-the-working-directory":
+        (owner / "weightkeeper").mkdir(parents=True)
+        (owner / "weightkeeper" / "__init__.py").write_text(plant)
+    else:
+        site = owner / ".local" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+        site.mkdir(parents=True)
+        (site / "planted.pth").write_text(f"import os; {plant}\n")
+    for folder, _, _ in os.walk(owner):
+        os.chown(folder, 65534, 65534)
+    packages = next(p for p in sys.path if p.endswith("site-packages"))  # prefect and the rest, no .pth run
+    env = {"PATH": os.environ["PATH"], "HOME": str(owner), "PREFECT_HOME": str(owner / ".prefect"),
+           "PYTHONPATH": os.pathsep.join([str(code), packages])}
+    try:
+        def job(command: list[str]) -> subprocess.CompletedProcess:
+            return subprocess.run([*AS_NOBODY, sys._base_executable, *command], cwd=owner, env=env,
+                                  capture_output=True, text=True, timeout=120)
+
+        job(["-m", "weightkeeper.job"])
+        assert ran.exists()  # the attack works on a plain `python -m`
+        ran.unlink()
+        done = job(args)
+        assert python == "python" and not ran.exists()
+        assert done.returncode == 1 and "Invalid flow run id" in done.stdout + done.stderr, done.stderr[-2000:]
+    finally:
+        shutil.rmtree(code)
 
 
 def test_a_jobs_secrets_are_not_readable_by_its_owners_other_processes():
     """A job runs as the model's owner (here: nobody) with the Prefect credential and the namespace's token in its
     environment. The owner's shell on the node, the same uid, tries to read them from `/proc`: refused, also from
     the job's real command (`python -m weightkeeper.job`, the pool's template) while it runs Prefect's engine."""
-    import weightkeeper
-
-    as_owner = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c"]
-    code = Path(tempfile.mkdtemp(prefix="wk-job-code-", dir="/var/tmp"))  # this tree's code, readable by nobody
-    shutil.copytree(Path(weightkeeper.__file__).parent, code / "weightkeeper", ignore=shutil.ignore_patterns("*.pyc"))
-    for folder, _, files in os.walk(code):
-        os.chmod(folder, 0o755)
-        for name in files:
-            os.chmod(os.path.join(folder, name), 0o644)
+    as_owner = [*AS_NOBODY, sys.executable, "-c"]
+    code = _code_for_nobody()
     env = {**os.environ, "PYTHONPATH": str(code), "WEIGHTKEEPER_TOKEN_ENV": "HF_TOKEN", "HF_TOKEN": "hf_secret",
            "PREFECT_API_AUTH_STRING": "weightkeeper:prefect-secret"}
     job = subprocess.Popen([*as_owner, "import sys, weightkeeper; assert weightkeeper.__file__.startswith(sys.argv[1]); "
@@ -648,7 +741,7 @@ def test_a_kubernetes_workspace_run_carries_the_owner_the_volume_and_the_token_s
             "template"]["spec"]
     assert pod["volumes"][0] == {"name": "workspace-volume", "persistentVolumeClaim": {"claimName": "models-a"}}
     assert pod["containers"][0]["volumeMounts"][0]["mountPath"] == str(wk.volumes["team-a"])
-    assert pod["containers"][0]["envFrom"] == [{"secretRef": {"name": "hf-token"}}]
+    assert pod["containers"][0]["envFrom"] == [{"secretRef": {"name": "hf-token", "optional": True}}]
     with get_client(sync_client=True) as client:
         client.set_flow_run_state(run.id, Cancelled(), force=True)
     jobs.join(30)
@@ -710,7 +803,7 @@ def test_a_run_cannot_override_the_image_command_volumes_or_namespace_of_its_job
     (container,) = pod["containers"]
     assert namespace == job["metadata"]["namespace"] == "team-a"
     assert container["image"] == "registry.local/weightkeeper:0.1"
-    assert container["args"] == ["python", "-m", "weightkeeper.job"]
+    assert container["args"] == ["python", "-P", "-s", "-m", "weightkeeper.job"]
     assert pod["serviceAccountName"] == "weightkeeper-jobs"
     assert pod["volumes"][0] == {"name": "workspace-volume", "persistentVolumeClaim": {"claimName": "models-a"}}
     assert container["volumeMounts"][0]["mountPath"] == "/mnt/gpu"

@@ -17,13 +17,15 @@ pool's template sets it: its job variables are only the owner's identity).
 
 from __future__ import annotations
 
+import math
+
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import WorkPoolCreate, WorkPoolUpdate
 from prefect.deployments.runner import EntrypointType, RunnerDeployment
 from prefect.exceptions import ObjectNotFound
 from prefect.workers.process import ProcessWorker
 
-from weightkeeper.config import DELETE_FLOW, ENSURE_FLOW, RECONCILE_FLOW, Settings
+from weightkeeper.config import CLEAN_FLOW, DELETE_FLOW, DOWNLOAD_FLOW, ENSURE_FLOW, RECONCILE_FLOW, Settings
 from weightkeeper.errors import ConfigError
 from weightkeeper.kube import base_job_template
 from weightkeeper.runtime import ensure_download_limit
@@ -65,14 +67,20 @@ def declared(settings: Settings) -> list[tuple[RunnerDeployment, str]]:
 
 def kubernetes_template(settings: Settings, pool: str) -> dict:
     """The base job template of a Kubernetes pool, from its workspaces' `[workspaces.kubernetes]` and volume,
-    which the template fixes: workspaces sharing the pool must agree on them."""
+    which the template fixes: workspaces sharing the pool must agree on them. Its jobs' deadline is the longest
+    a lifecycle run waits for one (`START_SECONDS` to start, then its flow's `run_budget`) and MARGIN_SECONDS
+    more: the lifecycle run gives up on a job (and cancels it) before Kubernetes ends it."""
+    from weightkeeper.flows.jobs import START_SECONDS
+    from weightkeeper.flows.paths import MARGIN_SECONDS, run_budget
+
     targets = {(w.kubernetes, w.volume) for w in settings.workspaces if w.work_pool == pool and w.kubernetes}
     if len(targets) != 1:
         names = sorted(w.name for w in settings.workspaces if w.work_pool == pool)
         raise ConfigError(f"Kubernetes pool {pool!r} serves workspaces {names} whose volume or [workspaces.kubernetes] "
                           f"differ, but its job template fixes them: give each its own work_pool")
     ((target, volume),) = targets
-    return base_job_template(target, volume)
+    deadline = START_SECONDS + max(run_budget(flow, settings) for flow in (DOWNLOAD_FLOW, CLEAN_FLOW)) + MARGIN_SECONDS
+    return base_job_template(target, volume, math.ceil(deadline))
 
 
 def ensure_work_pools(settings: Settings) -> list[str]:

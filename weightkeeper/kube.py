@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,22 +47,24 @@ class KubernetesTarget:
     context: str | None = None
 
 
-def base_job_template(target: KubernetesTarget, mount_path: str) -> dict:
+def base_job_template(target: KubernetesTarget, mount_path: str, deadline_seconds: int) -> dict:
     """The base job template of a workspace's pool: `kubernetes/base-job-template.json` with its
     `{{ workspace.* }}` filled from `target`, the volume mounted at `mount_path` (the workspace's volume root,
     so recorded paths are the same in the job). Jobs of a workspace with a `token_secret` get it as their
-    environment (a model without a token does not use it); every job gets the Prefect credential from the
-    `prefect_auth_secret`, never the worker's own copy."""
+    environment (a model without a token does not use it; a job starts without it if the Secret is missing);
+    every job gets the Prefect credential from the `prefect_auth_secret`, never the worker's own copy.
+    Kubernetes ends a job `deadline_seconds` after it started, pending or not: no pod outlives the run that
+    waits for it, even when no worker is left to cancel it."""
     source = {"persistentVolumeClaim": {"claimName": target.volume_claim}} if target.volume_claim \
         else {"hostPath": {"path": target.host_path, "type": "Directory"}}
     quantities = {"cpu": target.cpu, "memory": target.memory}
     fixed = {
         "namespace": target.namespace, "image": target.image, "service_account_name": target.service_account,
         "volume": {"name": VOLUME_NAME, **source}, "volume_mount_path": mount_path, "config_map": target.config_map,
-        "env_from": [{"secretRef": {"name": target.token_secret}}] if target.token_secret else [],
+        "env_from": [{"secretRef": {"name": target.token_secret, "optional": True}}] if target.token_secret else [],
         "resources": {kind: {k: v for k, v in quantities.items() if v} for kind in ("requests", "limits")
                       if any(quantities.values())},
-        "prefect_auth_secret": target.prefect_auth_secret,
+        "prefect_auth_secret": target.prefect_auth_secret, "deadline_seconds": deadline_seconds,
     }
     template = json.loads(TEMPLATE_PATH.read_text())
     from prefect.utilities.templating import apply_values  # imported here: it costs every CLI call 1 s
@@ -74,14 +77,32 @@ def base_job_template(target: KubernetesTarget, mount_path: str) -> dict:
 def job_variables(target: KubernetesTarget, *, model: str, owner_name: str, owner_uid: int,
                   needs_token: bool) -> dict:
     """The job variables of one download or cleanup run: it runs as the model owner (uid, and the owner's
-    group by the user-private-group convention); the rest of the job is the pool's template."""
+    group by the user-private-group convention), labelled with the model and its owner in values Prefect's
+    worker keeps as they are; the rest of the job is the pool's template."""
     if owner_uid <= 0:
         raise InvalidInputError(f"model {model!r} is owned by uid {owner_uid}: workspace jobs never run as root")
     if needs_token and not target.token_secret:
         raise InvalidInputError(f"model {model!r} needs a Hugging Face token, but its workspace names no "
                                 f"kubernetes.token_secret (a Secret in {target.namespace!r} with key {TOKEN_ENV})")
-    return {"run_as_user": owner_uid, "run_as_group": owner_uid,
-            "labels": {f"{LABEL}/model": model, f"{LABEL}/owner": owner_name, f"{LABEL}/owner-uid": str(owner_uid)}}
+    labels = {f"{LABEL}/model": model_label(model), f"{LABEL}/owner-uid": str(owner_uid)}
+    if owner := _label_value(owner_name):
+        labels[f"{LABEL}/owner"] = owner
+    return {"run_as_user": owner_uid, "run_as_group": owner_uid, "labels": labels}
+
+
+def model_label(model: str) -> str:
+    """The `weightkeeper.io/model` label of a model's jobs and pods: its name, or for a name holding '--' the
+    name with '_' for each '-'. Prefect's worker shortens '--' to '-' in every label value, which would give
+    the pods of `a--b` the label of model `a-b`; no model name holds '_', so no two models share a label."""
+    return model.replace("-", "_") if "--" in model else model
+
+
+def _label_value(text: str) -> str | None:
+    """`text` as a label value that Kubernetes accepts and Prefect's worker keeps as it is: each run of
+    characters other than letters, digits, '_' and '.' as one '-', at most 63 characters, beginning and
+    ending with a letter or digit (None if nothing is left: the worker would pass such a value on unchanged,
+    and the API server would refuse the job)."""
+    return re.sub(r"[^A-Za-z0-9_.]+", "-", text)[:63].strip("-_.") or None
 
 
 def shut_job_process() -> None:

@@ -9,7 +9,7 @@ import time
 
 from weightkeeper.config import DOWNLOAD_FLOW
 from weightkeeper.errors import CleanupError
-from weightkeeper.kube import LABEL, KubernetesTarget
+from weightkeeper.kube import LABEL, KubernetesTarget, model_label
 
 RUN_LABEL = "prefect.io/flow-run-id"  # set by the Kubernetes worker on the Job and its pods
 MODEL_LABEL = f"{LABEL}/model"  # set by weightkeeper's job variables (`kube.job_variables`), whatever Prefect keeps
@@ -83,7 +83,7 @@ def live_pods(target: KubernetesTarget, run_ids: list[str], model: str | None = 
     """Pods of these flow runs, or of `model`'s downloads (those of runs Prefect no longer knows), that have not
     finished."""
     selectors = [f"{RUN_LABEL}={run_id}" for run_id in run_ids] + (
-        [f"{MODEL_LABEL}={model},{FLOW_LABEL}={DOWNLOAD_FLOW}"] if model else [])
+        [f"{MODEL_LABEL}={model_label(model)},{FLOW_LABEL}={DOWNLOAD_FLOW}"] if model else [])
     if not selectors:
         return []
     try:
