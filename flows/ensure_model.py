@@ -12,6 +12,7 @@ from weightkeeper.tasks.stage import stage_to_s3
 from weightkeeper.tasks.switch import check_head, finish_switch, hold_switch
 from weightkeeper.config import ENSURE_FLOW
 from weightkeeper.layout import HfSource, parse_source
+from weightkeeper.registry import LocalPath, Model
 from weightkeeper.registry.common import DELETING, FAILED, READY
 from weightkeeper.runs import holds_run_lease
 from weightkeeper.runtime import ensure_download_limit
@@ -30,6 +31,7 @@ def ensure_model(name: str) -> str:
         logger.info("%s is being deleted; nothing to ensure", name)
         return model.phase
     if model.phase == READY and (model.track or model.next_revision or model.pending_commit) and model.local_paths:
+        _clean_retired(name)  # a move's old path whose cleanup failed: tried again at each check
         return follow(name)
     if model.local_paths:
         ensure_download_limit(settings)
@@ -41,15 +43,28 @@ def ensure_model(name: str) -> str:
         if snapshot.is_completed():
             paths = registry.get_model(name).local_paths  # each a download-to-path run, here or in its pool
             if download_paths(name, [p for p in paths if not p.retired], here=not deployed()):
-                for p in (p for p in paths if p.retired):
-                    clean_path.with_options(task_run_name=f"clean-{name}-{p.workspace}-retired")(
-                        name, p.id, return_state=True)
+                _clean_retired(name)
         elif registry.get_model(name).phase != FAILED:
             registry.set_phase(name, FAILED, f"cannot {step} {model.source}: {snapshot.message}")
     phase = finish_model(name)
     model = registry.find_model(name)
     logger.info("%s is %s%s", name, phase, f": {model.message}" if model else "")
     return phase
+
+
+def _clean_retired(name: str) -> None:
+    """Clean the paths a move left behind, once they may be (`retired_to_clean`)."""
+    _, registry = current()
+    for p in retired_to_clean(registry.get_model(name)):
+        clean_path.with_options(task_run_name=f"clean-{name}-{p.workspace}-retired")(name, p.id, return_state=True)
+
+
+def retired_to_clean(model: Model) -> list[LocalPath]:
+    """The paths a move left behind, once the registry (the state of record) shows every live path Ready; none
+    before: a child run's Completed state says nothing to rely on (whoever holds the Prefect credential can set
+    it), and an old path cleaned too early leaves the model with no copy."""
+    live_ready = all(p.status == READY for p in model.local_paths if not p.retired)
+    return [p for p in model.local_paths if p.retired] if live_ready else []
 
 
 def follow(name: str) -> str:

@@ -25,6 +25,7 @@ from weightkeeper.config import DOWNLOAD_FLOW, Settings, deployment_name, job_ru
 from weightkeeper.errors import InvalidInputError
 from weightkeeper.kube import job_variables
 from weightkeeper.planning import MAX_FAILOVERS, failover_workspace
+from weightkeeper.pods import RUN_LABEL
 from weightkeeper.registry import Holder, LocalPath, Model, Registry
 from weightkeeper.registry.common import FAILED, READY, this_host, utcnow
 from weightkeeper.registry.leases import abandoned
@@ -32,7 +33,7 @@ from weightkeeper.runs import mark_run_crashed, without_prefect_heartbeat
 from weightkeeper.context import current
 
 POLL_SECONDS = 2.0
-START_SECONDS = 600.0  # a deployment run not started by then has no worker (a Kubernetes pod may pull its image)
+START_SECONDS = 600.0  # a deployment run not started by then never will (a Kubernetes pod may pull its image)
 NOBODY = Holder("", "", 0, 0.0)  # holds no lease: a write as NOBODY happens only while nobody holds the path
 
 
@@ -134,6 +135,7 @@ class _Child:
     path: LocalPath
     run_id: uuid.UUID
     pool: str
+    namespace: str | None  # of a Kubernetes pool's jobs
     created: float = field(default_factory=time.monotonic)
     started: float | None = None
 
@@ -150,12 +152,12 @@ def _start_deployed(flow: str, name: str, paths: list[LocalPath]) -> tuple[list[
             registry.path_failed(name, p.id, None, str(e))
             failed.append(JobFailure(p, str(e), crashed=False))
             continue
-        pool = settings.pool_for(p.workspace)
+        pool, ws = settings.pool_for(p.workspace), settings.workspace(p.workspace)
         run = run_deployment(
             deployment_name(flow, pool), parameters={"name": name, "path_id": p.id}, job_variables=variables,
             timeout=0, flow_run_name=job_run_name(flow, name, p.workspace),
             idempotency_key=f"{flow_run.id or uuid.uuid4()}/{flow}/{p.id}/{p.failover_attempts}")
-        children.append(_Child(p, run.id, pool))
+        children.append(_Child(p, run.id, pool, ws.kubernetes.namespace if ws and ws.kubernetes else None))
     return children, failed
 
 
@@ -177,7 +179,7 @@ def _wait_deployed(flow: str, name: str, children: list[_Child]) -> list[JobFail
 
 def _check(client, flow: str, child: _Child, path: LocalPath | None, budget: float) -> tuple[bool, JobFailure | None]:
     """Whether to stop waiting for a deployment run, and its failure. Deadlines: START_SECONDS to leave
-    Scheduled/Pending (else no worker serves the pool), `budget` once started; a child past one is cancelled.
+    Scheduled/Pending (`_not_started` says why it did not), `budget` once started; a child past one is cancelled.
     A started child whose path lease is abandoned (`child_alive`) is marked Crashed (read back next poll)."""
     state, now = client.read_flow_run(child.run_id).state, time.monotonic()
     if state is not None and state.is_final():
@@ -185,9 +187,8 @@ def _check(client, flow: str, child: _Child, path: LocalPath | None, budget: flo
     if state is None or state.is_scheduled() or state.is_pending():
         if now - child.created <= START_SECONDS:
             return False, None
-        failure = JobFailure(child.path, f"{flow} run {child.run_id} was not started within {START_SECONDS:.0f} s: "
-                             f"no worker serves work pool {child.pool!r}; start one (`weightkeeper serve`, or "
-                             f"`prefect worker start --pool {child.pool}`)", crashed=False)
+        failure = JobFailure(child.path, _not_started(flow, child, taken=state is not None and state.is_pending()),
+                             crashed=False)
         stop = Cancelled if state is not None and state.is_scheduled() else Cancelling
     else:
         child.started = child.started or now
@@ -203,6 +204,20 @@ def _check(client, flow: str, child: _Child, path: LocalPath | None, budget: flo
         stop = Cancelling
     client.set_flow_run_state(child.run_id, stop(message=failure.message), force=True)
     return True, failure
+
+
+def _not_started(flow: str, child: _Child, taken: bool) -> str:
+    """Why a deployment run did not start in time, and what to check: no worker took it (Scheduled, Late), or one
+    did (Pending) and what it submitted never ran."""
+    late = f"{flow} run {child.run_id} was not started within {START_SECONDS:.0f} s: "
+    if not taken:
+        return late + (f"no worker serves work pool {child.pool!r}; start one (`weightkeeper serve`, or "
+                       f"`prefect worker start --pool {child.pool}`)")
+    if child.namespace is None:
+        return late + f"a worker of work pool {child.pool!r} took it but its process never ran; check that worker's log"
+    return late + (f"its job was submitted to namespace {child.namespace!r} but its pod never ran (an image pull, a "
+                   f"quota, a missing Secret, node capacity); check `kubectl -n {child.namespace} describe pod -l "
+                   f"{RUN_LABEL}={child.run_id}`")
 
 
 def run_path_jobs(flow: str, name: str, paths: list[LocalPath], here: bool = False) -> list[JobFailure]:

@@ -2,7 +2,8 @@
 `kubernetes` client talks, through a kubeconfig, to this loopback server. It answers pod lists by
 label selector from `pods`, accepts Jobs (kept in `jobs`, as a worker submitted them) and records each
 request; nothing else of the API exists. `misbehave` makes it answer pod lists as a broken or hostile server
-would: "drip" (a byte at a time, forever), "flood" (bytes without end), "not-a-list" (JSON, but no pods)."""
+would: "drip" (a byte at a time, forever), "drip-headers" (its headers a byte at a time, forever), "flood" (bytes
+without end), "not-a-list" (JSON, but no pods)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ class _Handler(BaseHTTPRequestHandler):
             value = labels[selector.partition("=")[0]]
             items = [{"metadata": {"name": pod, "namespace": parts[3], "labels": labels},
                       "status": {"phase": phase}} for pod, phase in fake.pods.get((parts[3], value), [])]
+        if misbehave == "drip-headers":
+            self._endless_headers()
+            return
         if misbehave in ("drip", "flood"):
             self._endless(misbehave == "drip")
             return
@@ -69,6 +73,17 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(b" " if drip else b" " * 65536)
                 self.wfile.flush()
                 time.sleep(0.1 if drip else 0)
+        except OSError:
+            pass
+
+    def _endless_headers(self) -> None:
+        """A 200 whose headers never end: a byte every 0.1 s, each read of them answered in time."""
+        try:
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Drip: ")
+            while not self.server.fake.stopped.is_set():
+                self.wfile.write(b"a")
+                self.wfile.flush()
+                time.sleep(0.1)
         except OSError:
             pass
 

@@ -1435,6 +1435,18 @@ MUTATIONS = {
     "pods-of-a-model-by-its-label": (
         "weightkeeper/pods.py", "[f\"{MODEL_LABEL}={model_label(model)},",
         "[f\"{MODEL_LABEL}={model},", "tests/test_kube.py::test_a_pod_of_a_run_prefect_no_longer_knows_still_counts"),
+    "pods-headers-in-time": (
+        "weightkeeper/pods.py", "    pool.pool_classes_by_scheme = {scheme: _headers_in_time(c) for scheme, c in pool.pool_classes_by_scheme.items()}",
+        "    pool.pool_classes_by_scheme = dict(pool.pool_classes_by_scheme)", "tests/test_kube.py"),
+    "jobs-pending-not-started": (
+        "flows/jobs.py", "_not_started(flow, child, taken=state is not None and state.is_pending())",
+        "_not_started(flow, child, taken=False)", "tests/test_paths_flow.py"),
+    "retired-clean-after-registry-ready": (
+        "flows/ensure_model.py", "    live_ready = all(p.status == READY for p in model.local_paths if not p.retired)",
+        "    live_ready = True", "tests/test_paths_flow.py"),
+    "tracked-check-cleans-retired": (
+        "flows/ensure_model.py", "        _clean_retired(name)  # a move's old path whose cleanup failed: tried again at each check\n",
+        "", "tests/test_paths_flow.py::test_a_tracked_models_old_path_whose_cleanup_failed_is_cleaned_at_its_next_check"),
 }
 
 

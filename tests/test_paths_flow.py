@@ -1,6 +1,6 @@
 """One way to run a lifecycle: each path is one run of the per-path flow, a subflow here or a deployment
-run in its workspace's pool, and the wait for a deployment run ends: a dead worker, no worker, a run past
-its budget."""
+run in its workspace's pool, and the wait for a deployment run ends: a dead worker, no worker, a pod that never
+ran, a run past its budget."""
 
 from __future__ import annotations
 
@@ -142,6 +142,90 @@ def test_a_pool_without_a_worker_fails_the_path_naming_the_pool(wk, hub, monkeyp
     assert child.state.is_cancelled()  # not left Scheduled for a worker started later
 
 
+def test_a_run_a_worker_took_whose_pod_never_ran_fails_the_path_saying_what_to_check(wk, monkeypatch):
+    """A worker of the Kubernetes pool took the child run (Pending) and submitted its job, but the pod never ran
+    (its image cannot be pulled, a quota, a Secret that is missing): the path fails saying so and naming the
+    kubectl command that shows why, not that no worker serves the pool."""
+    import textwrap
+
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.states import Pending
+
+    import weightkeeper.flows.jobs
+    from weightkeeper.flows.jobs import download_paths
+    from weightkeeper.deployments import declared, ensure_work_pools
+
+    wk.config.write_text(textwrap.dedent(f"""
+        home = "{wk.root}"
+        registry_url = "{wk._registry_url}"
+        [[workspaces]]
+        name = "gpu"
+        cluster = "east"
+        volume = "{wk.volumes['team-a']}"
+        work_pool = "kube-stuck"
+        [workspaces.kubernetes]
+        namespace = "team-a"
+        image = "registry.local/weightkeeper:0.1"
+        volume_claim = "models-a"
+    """))
+    ensure_work_pools(wk.settings)
+    for deployment, pool in declared(wk.settings):
+        if pool == "kube-stuck" and deployment.flow_name == "download-to-path":
+            deployment.apply(work_pool_name=pool)
+    start = weightkeeper.flows.jobs.run_deployment
+
+    def taken_by_a_worker(*args, **kwargs):  # a worker takes the run and submits its job, whose pod never runs
+        run = start(*args, **kwargs)
+        with get_client(sync_client=True) as client:
+            assert client.set_flow_run_state(run.id, Pending()).state.is_pending()
+        return run
+
+    monkeypatch.setattr(weightkeeper.flows.jobs, "run_deployment", taken_by_a_worker)
+    monkeypatch.setattr(weightkeeper.flows.jobs, "START_SECONDS", 3)
+    monkeypatch.setattr(weightkeeper.flows.jobs, "POLL_SECONDS", 0.5)
+    model = wk.declare("stuck", "hf://acme/stuck", owner_uid=4242)
+
+    @flow(name="deployed-parent")
+    def parent() -> bool:
+        return download_paths("stuck", model.local_paths)
+
+    run = in_thread(parent)
+    run.join(30)
+    assert not run.is_alive() and run.result.get("value") is False
+    (path,) = wk.registry.get_model("stuck").local_paths
+    (child,) = named("download-stuck-gpu")
+    assert path.status == "Failed" and "its job was submitted to namespace 'team-a' but its pod never ran" in path.message
+    assert f"`kubectl -n team-a describe pod -l prefect.io/flow-run-id={child.id}`" in path.message
+    assert "no worker" not in path.message and "\n" not in path.message
+    assert child.state.is_cancelling()  # asked to stop: the worker deletes the job it submitted
+
+
+def test_a_moved_models_old_path_is_cleaned_only_once_the_registry_shows_the_new_one_ready(wk, hub, monkeypatch):
+    """Whoever holds the Prefect credential (a pod's owner may) forges Completed on the new path's download run: the
+    lifecycle believes the registry, not the run, and keeps the old path (the model's only copy) until the new path
+    is Ready there; the next ensure fills the new path and cleans the old one."""
+    from pathlib import Path
+
+    import weightkeeper.flows.jobs
+    from weightkeeper.service import move_model
+
+    hub.add_repo("acme/moving", tiny_files("moving"))
+    wk.declare("moving", "hf://acme/moving", workspaces=["team-a"], subpath="models/old")
+    assert ensure_model("moving") == "Ready"
+    old = Path(wk.registry.get_model("moving").local_paths[0].path)
+    move_model(wk.settings, wk.registry, "moving", subpath="models/new", download_policy=None)
+    with monkeypatch.context() as forged:  # every child run reports success without having run
+        forged.setattr(weightkeeper.flows.jobs, "run_path_jobs", lambda *args, **kwargs: [])
+        assert ensure_model("moving") != "Ready"
+    retired, new = wk.registry.get_model("moving").local_paths
+    assert retired.retired and retired.path == str(old) and old.is_dir() and any(old.iterdir())
+    assert not new.retired and new.status != "Ready" and not os.path.lexists(new.path)
+    assert ensure_model("moving") == "Ready"
+    (new,) = wk.registry.get_model("moving").local_paths
+    assert new.status == "Ready" and not new.retired and Path(new.path).is_dir() and not os.path.lexists(old)
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, hub, registry_base_url):
     if registry_base_url:
@@ -209,3 +293,26 @@ def test_a_deployed_run_past_its_budget_is_cancelled_and_the_wait_ends(served, h
     (failure,) = run.result["value"]
     assert "still Running after 3 s" in failure.message and not failure.crashed
     wait_until(lambda: named("download-budget-team-b")[0].state.is_cancelled(), 60, "the run to be cancelled")
+
+
+def test_a_tracked_models_old_path_whose_cleanup_failed_is_cleaned_at_its_next_check(wk, hub, immutable):
+    """A tracked model moved to a new subpath: its old path (a link) cannot be removed at first; the model is Ready at
+    its new path, and its next check cleans the old one (a tracked model's runs go to the check, not the download)."""
+    from pathlib import Path
+
+    from weightkeeper.service import move_model
+
+    wk.rewrite(hf_endpoint=hub.url, track_interval_seconds=0)
+    hub.add_repo("acme/tracked-mover", tiny_files("tracked-mover"))
+    wk.declare("tracked-mover", "hf://acme/tracked-mover@main", workspaces=["team-a"], subpath="models/held/old",
+               track=True)
+    assert ensure_model("tracked-mover") == "Ready"
+    old = Path(wk.registry.get_model("tracked-mover").local_paths[0].path)
+    move_model(wk.settings, wk.registry, "tracked-mover", subpath="models/new", download_policy=None)
+    with immutable(old.parent):
+        assert ensure_model("tracked-mover") == "Ready"
+        retired, new = wk.registry.get_model("tracked-mover").local_paths
+        assert retired.retired and os.path.lexists(old) and new.status == "Ready"
+    assert ensure_model("tracked-mover") == "Ready"
+    (new,) = wk.registry.get_model("tracked-mover").local_paths
+    assert not new.retired and not os.path.lexists(old)

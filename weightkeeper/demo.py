@@ -72,17 +72,19 @@ def run_demo(source: str | None = None, offline: bool = False) -> int:
         with prefect_api(settings.home) as api:
             console.print(f"[bold]2. ensure-model[/] (a Prefect flow; its runs show in the Prefect UI at "
                           f"{api.removesuffix('/api')})")
-            model = follow(registry, "demo", lambda: run_here(ensure_model, "demo"))
+            model, failure = follow(registry, "demo", lambda: run_here(ensure_model, "demo"))
             console.print(paths_table(model))
-            if model.phase != "Ready":
-                console.print(f"demo failed: {model.message}")
+            if failure is not None or model.phase != "Ready":
+                console.print(f"demo failed: {failure or model.message}", markup=False)
                 return 1
             for p in model.local_paths:
                 files = sorted(str(f.relative_to(p.path)) for f in Path(p.path).rglob("*")
                                if f.is_file() and ".cache" not in f.parts)
                 console.print(f"   {p.path}: {p.size_bytes} bytes in {', '.join(files)}")
             console.print("[bold]3. delete-model[/]: stop downloads, clean each path, release")
-            follow(registry, "demo", lambda: run_here(delete_model, "demo"))
+            _, failure = follow(registry, "demo", lambda: run_here(delete_model, "demo"))
+            if failure is not None:
+                console.print(f"   delete-model stopped: {failure}", markup=False)
             for p in model.local_paths:
                 console.print(f"   {p.path}: {'still there!' if os.path.lexists(p.path) else 'gone'}")
             left = registry.list_models(include_deleting=True)

@@ -1,22 +1,36 @@
 """What still runs in a workspace's cluster for a model's jobs: pod lists read from the cluster's API with the
-`kubernetes` client's configuration (address, credentials, TLS), each answer's body bounded in time and bytes (its
-headers by the per-read timeout only) and checked before it is believed."""
+`kubernetes` client's configuration (address, credentials, TLS, proxy), each answer bounded in time (its headers
+too: `hub.HeadersInTime`) and bytes, and checked before it is believed."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 
 from weightkeeper.config import DOWNLOAD_FLOW
 from weightkeeper.errors import CleanupError
+from weightkeeper.hub import HeadersInTime
 from weightkeeper.kube import LABEL, KubernetesTarget, model_label
 
 RUN_LABEL = "prefect.io/flow-run-id"  # set by the Kubernetes worker on the Job and its pods
 MODEL_LABEL = f"{LABEL}/model"  # set by weightkeeper's job variables (`kube.job_variables`), whatever Prefect keeps
 FLOW_LABEL = "prefect.io/flow-name"  # set by the worker: a model's downloads, not its path cleanups
-API_TIMEOUT_SECONDS = 30  # per pod list, whole answer included
+API_TIMEOUT_SECONDS = 30  # per pod list: its headers, and its whole answer, from asking
 MAX_ANSWER_BYTES = 8 << 20  # a pod list of one run or model is a few KiB
 FINISHED = ("Succeeded", "Failed")
+
+
+class _HeadersInTime(HeadersInTime):
+    def headers_seconds(self) -> float:
+        return API_TIMEOUT_SECONDS
+
+
+@functools.cache
+def _headers_in_time(pool_class: type) -> type:
+    """`pool_class` (plain, TLS, through a SOCKS proxy) whose connections get their answers' headers in time."""
+    connection = type(f"InTime{pool_class.ConnectionCls.__name__}", (_HeadersInTime, pool_class.ConnectionCls), {})
+    return type(f"InTime{pool_class.__name__}", (pool_class,), {"ConnectionCls": connection})
 
 
 def _session(target: KubernetesTarget):
@@ -34,7 +48,9 @@ def _session(target: KubernetesTarget):
             config.load_kube_config(context=target.context, client_configuration=cfg, persist_config=False)
     token = cfg.get_api_key_with_prefix("authorization")
     headers = {"Accept": "application/json", **({"Authorization": token} if token else {})}
-    return client.ApiClient(cfg).rest_client.pool_manager, cfg.host.rstrip("/"), headers
+    pool = client.ApiClient(cfg).rest_client.pool_manager
+    pool.pool_classes_by_scheme = {scheme: _headers_in_time(c) for scheme, c in pool.pool_classes_by_scheme.items()}
+    return pool, cfg.host.rstrip("/"), headers
 
 
 def _read(response, deadline: float, what: str) -> bytes:
@@ -55,12 +71,13 @@ def _list(session, namespace: str, selector: str) -> list[dict]:
     pool, host, headers = session
     what = f"the pod list of namespace {namespace!r} ({selector})"
     timeout = urllib3.Timeout(connect=API_TIMEOUT_SECONDS, read=API_TIMEOUT_SECONDS)
+    deadline = time.monotonic() + API_TIMEOUT_SECONDS
     response = pool.request("GET", f"{host}/api/v1/namespaces/{namespace}/pods", fields={"labelSelector": selector},
                             headers=headers, preload_content=False, timeout=timeout, retries=False, redirect=False)
     try:
         if response.status != 200:
             raise CleanupError(f"{what} failed: HTTP {response.status} {response.reason}; the model is kept")
-        answer = json.loads(_read(response, time.monotonic() + API_TIMEOUT_SECONDS, what))
+        answer = json.loads(_read(response, deadline, what))
     except ValueError:
         raise CleanupError(f"{what} is not JSON; the model is kept: check the cluster's API server") from None
     finally:
@@ -96,5 +113,7 @@ def live_pods(target: KubernetesTarget, run_ids: list[str], model: str | None = 
         session = _session(target)
         pods = [pod for selector in selectors for pod in _list(session, target.namespace, selector)]
     except (ConfigException, OSError, urllib3.exceptions.HTTPError) as e:
-        raise CleanupError(f"cannot list the pods of namespace {target.namespace!r}: {e}") from None
+        why = e.args[-1] if isinstance(e, urllib3.exceptions.ProtocolError) and e.args else e  # the cause it wraps
+        raise CleanupError(f"cannot list the pods of namespace {target.namespace!r}: {why}; the model is kept: check "
+                           "the cluster's API server") from None
     return sorted({f"{target.namespace}/{p['metadata']['name']}" for p in pods if _unfinished(p)})
