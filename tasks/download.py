@@ -217,14 +217,14 @@ def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: S
     budget = hub_budget(settings, registry, lambda seconds: reporter.beat(
         message=downloading if seconds is None else budget_message(seconds), force=True))
 
-    def fetch() -> None:  # in a download slot, within the download deadline (again after a long budget wait)
+    def fetch(deadline: float) -> None:  # in a download slot (again after a long wait for the Hub budget)
         registry.set_path_message(model.name, reporter.entry.id, reporter.status, downloading)
-        deadline = time.monotonic() + settings.download_timeout_seconds
         fetch_model_files(settings, model.source, model.staging_uri, model.token_block, snapshot, target, meter,
                           deadline, budget)
 
     with FetchMeter(registry, reporter.entry.workspace, source, reporter.beat) as meter:
-        budget.held(lambda: download_slot(settings, say_slot_wait(reporter.beat)), fetch)
+        budget.held(lambda: download_slot(settings, say_slot_wait(reporter.beat)), settings.download_timeout_seconds,
+                    fetch, settings.downloads_limited)
     reporter.beat(snapshot.total_bytes, force=True)
     logger.info("%s: fetched %d bytes into %s", model.name, meter.most - (meter.first or 0), target)
 

@@ -98,13 +98,17 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
             transfer = hub_transfer(HfSource(model.repo_id, snapshot.commit), snapshot.commit, settings.hf_endpoint,
                                     load_token(model.token_block), settings.hub_redirect_hosts, budget)
 
-            def stage() -> tuple[int, int]:  # in a download slot (again after a long wait for the Hub budget)
+            counts = {"bytes": 0, "uploaded": 0, "skipped": 0}  # kept across the reruns of `held`
+
+            def stage(by: float) -> tuple[int, int]:  # in a download slot (again after a long wait for the budget)
                 nonlocal deadline
-                deadline = time.monotonic() + settings.download_timeout_seconds
-                return stage_snapshot(s3_client(settings), uri, snapshot, fetch_one, beat)
+                deadline, before = by, counts["uploaded"]
+                counts.update(bytes=0, skipped=0)
+                stage_snapshot(s3_client(settings), uri, snapshot, fetch_one, beat, counts)
+                return counts["uploaded"], counts["skipped"] - before  # skipped: those another model staged
 
             uploaded, skipped = budget.held(lambda: download_slot(settings, say_slot_wait(beat, f" to stage to {uri}")),
-                                            stage)
+                                            settings.download_timeout_seconds, stage, settings.downloads_limited)
             if skipped:  # another model staged them: its token proved nothing for this one
                 check_access(settings, registry, model.source, model.token_block, snapshot)
     except DownloadCancelled as e:

@@ -134,8 +134,9 @@ def hold_switch(model: Model, asked: str) -> bool:
     _, registry = current()
     try:
         _mend_links(*current(), model)
-    except ConflictError as e:
-        return registry.head_checked(model.name, None, [], held=f"{model.message}; {e}", asked=asked)
+    except ConflictError as e:  # said once, however often `model ensure` finds it so
+        held = model.message if str(e) in model.message else f"{model.message}; {e}"
+        return registry.head_checked(model.name, None, [], held=held, asked=asked)
     return registry.head_checked(model.name, model.pending_commit, model.pending_files or [], held=model.message,
                                  asked=asked)
 

@@ -4,7 +4,6 @@ that each linked path's link names its recorded shared copy."""
 from __future__ import annotations
 
 import stat
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -163,18 +162,20 @@ def _refetch(settings: Settings, registry: Registry, snapshot: Snapshot, root: D
     budget = hub_budget(settings, registry, lambda seconds: beat(
         message=repairing if seconds is None else budget_message(seconds), force=True))
 
-    def fetch() -> None:  # in a download slot (again after a long wait for the Hub request budget)
+    def fetch(deadline: float) -> None:  # in a download slot (again after a long wait for the Hub request budget)
         beat(message=repairing, force=True)
-        _fetch_again(settings, model, snapshot, root, beat, budget)
+        _fetch_again(settings, model, snapshot, root, beat, budget, deadline)
 
-    budget.held(lambda: download_slot(settings, say_slot_wait(beat)), fetch)
+    budget.held(lambda: download_slot(settings, say_slot_wait(beat)), settings.download_timeout_seconds, fetch,
+                settings.downloads_limited)
 
 
-def _fetch_again(settings: Settings, model: Model, snapshot: Snapshot, root: Dir, beat: Beat, budget) -> None:
-    """Fetch the files not in place from where `model` gets them, within the download deadline (past it: `Waits`)."""
+def _fetch_again(settings: Settings, model: Model, snapshot: Snapshot, root: Dir, beat: Beat, budget,
+                 deadline: float) -> None:
+    """Fetch the files not in place from where `model` gets them, by `deadline` (past it: `Waits`)."""
     try:
         fetch_model_files(settings, model.source, model.staging_uri, model.token_block, snapshot, root, beat,
-                          time.monotonic() + settings.download_timeout_seconds, budget)
+                          deadline, budget)
     except DeadlineExceeded:
         raise Waits(f"fetching its files again took longer than download_timeout_seconds = "
                     f"{settings.download_timeout_seconds}; the partial files are kept (raise it for a slow source)") \
@@ -229,11 +230,12 @@ def _set_aside(settings, registry: Registry, artifact, problems) -> str:
     """A Ready copy no path links to (switched away from, or a switch's), found damaged, is Ready no more: a switch to
     it then fills it again, hashing what it finds, instead of linking what it holds."""
     holder = Holder.here(f"set-aside/{flow_run.id or 'process'}/{artifact.id}")
-    if registry.claim_artifact(artifact.id, holder, settings.lease_seconds):
-        return "busy"
-    now = registry.get_artifact(artifact.id)
-    if now is None:
+    try:
+        if registry.claim_artifact(artifact.id, holder, settings.lease_seconds):
+            return "busy"
+    except NotFoundError:
         return "gone"
+    now = registry.get_artifact(artifact.id)
     if now.users or now.state != A_READY:  # linked meanwhile: the next pass repairs it for them
         registry.set_artifact(now.id, holder, now.state, now.message, release=True)
         return "in use"

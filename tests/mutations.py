@@ -1112,8 +1112,8 @@ MUTATIONS = {
         '',
         'tests/test_reconcile.py::test_a_repair_fetches_only_what_fits_from_the_hub_budget_and_a_failed_repair_is_repaired_next_pass'),
     'repair-hub-budget': (
-        'tasks/verify.py', 'time.monotonic() + settings.download_timeout_seconds, budget)',
-        'time.monotonic() + settings.download_timeout_seconds)',
+        'tasks/verify.py', '                          deadline, budget)',
+        '                          deadline)',
         'tests/test_reconcile.py::test_a_repair_fetches_only_what_fits_from_the_hub_budget_and_a_failed_repair_is_repaired_next_pass'),
     'verify-bounded-read': (
         'weightkeeper/verify.py', '    while read <= size and (chunk := os.read(fd, min(READ_CHUNK, size + 1 - read))):',
@@ -1262,8 +1262,8 @@ MUTATIONS = {
         "weightkeeper/s3.py", "return head.get(\"ContentLength\") == remote.size",
         "return head[\"ContentLength\"] == remote.size", "tests/test_s3_attacks.py::test_a_staged_object_answered_without_a_size_is_staged_again"),
     "stage-deadline-after-slot": (
-        "tasks/stage.py", ("    deadline = float(\"inf\")  # set once", "                deadline = time.monotonic() + settings.download_timeout_seconds\n"),
-        ("    deadline = time.monotonic() + settings.download_timeout_seconds  # set once", "                deadline = min(deadline, time.monotonic() + settings.download_timeout_seconds)\n"), "tests/test_s3.py::test_waiting_for_a_download_slot_does_not_count_against_the_staging_timeout"),
+        "tasks/stage.py", ("    deadline = float(\"inf\")  # set once", "                deadline, before = by, counts[\"uploaded\"]\n"),
+        ("    deadline = time.monotonic() + settings.download_timeout_seconds  # set once", "                deadline, before = min(deadline, by), counts[\"uploaded\"]\n"), "tests/test_s3.py::test_waiting_for_a_download_slot_does_not_count_against_the_staging_timeout"),
     "s3-source-object-changed": (
         "weightkeeper/s3.py", "            if _changed(response, remote):\n",
         "            if False:\n", "tests/test_s3_attacks.py::test_a_source_object_replaced_after_listing_fails_at_once_saying_so[same-size]"),
@@ -1447,6 +1447,15 @@ MUTATIONS = {
     "tracked-check-cleans-retired": (
         "flows/ensure_model.py", "        _clean_retired(name)  # a move's old path whose cleanup failed: tried again at each check\n",
         "", "tests/test_paths_flow.py::test_a_tracked_models_old_path_whose_cleanup_failed_is_cleaned_at_its_next_check"),
+    "budget-429s-counted-across-yields": (
+        "weightkeeper/hubbudget.py", "                    attempt = self._throttled.get((key, bucket, what), 0)\n",
+        "                    attempt = 0\n", "tests/test_budget.py::test_a_hub_that_always_answers_429_fails_the_fetch_however_often_its_slot_was_given_back"),
+    "budget-yield-moves-deadline": (
+        "weightkeeper/hubbudget.py", "            deadline += left\n",
+        "", "tests/test_budget.py::test_a_hub_that_always_answers_429_fails_the_fetch_however_often_its_slot_was_given_back"),
+    "verify-swapped-entry-one-problem": (
+        "weightkeeper/verify.py", "        if e.errno in (errno.EISDIR, errno.ENXIO):\n",
+        "        if False:\n", "tests/test_attacks.py::test_a_file_swapped_after_its_stat_is_a_problem_of_the_copy_never_an_error"),
 }
 
 

@@ -1011,3 +1011,29 @@ def test_a_link_planted_as_the_partial_file_never_changes_its_target(wk, hub, tm
     assert (path / SHARD).read_bytes() == files[SHARD]
     assert hub.get_count("acme/part-link", SHARD) == 1  # nothing resumed from the planted file: one clean fetch
     assert tree(outside) == before and (outside / "shadow").stat().st_nlink == 1
+
+
+@pytest.mark.without_prefect_server
+@pytest.mark.parametrize("planted", ["fifo", "directory"])
+def test_a_file_swapped_after_its_stat_is_a_problem_of_the_copy_never_an_error(tmp_path, planted):
+    """Its owner swaps a checked file for a FIFO (or a directory) between its stat and its open: the check names that
+    file as not a regular file instead of failing the whole copy with an error."""
+    import hashlib
+
+    from weightkeeper.anchored import Dir
+    from weightkeeper.download import RemoteFile
+    from weightkeeper.verify import _check_entry
+
+    data = b"weights" * 100
+    (tmp_path / "model.safetensors").write_bytes(data)
+    regular = os.lstat(tmp_path / "model.safetensors")
+    os.unlink(tmp_path / "model.safetensors")
+    os.mkfifo(tmp_path / "model.safetensors") if planted == "fifo" else os.mkdir(tmp_path / "model.safetensors")
+    remote = RemoteFile("model.safetensors", len(data), "0" * 40, sha256=hashlib.sha256(data).hexdigest())
+    d = Dir.root(tmp_path)
+    try:
+        d.lstat = lambda name: regular  # what its stat saw, before the swap
+        problem = _check_entry(d, "model.safetensors", "model.safetensors", len(data), remote)
+    finally:
+        d.close()
+    assert problem is not None and problem.reason == "not a regular file"

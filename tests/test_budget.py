@@ -416,3 +416,32 @@ def test_a_fetch_waiting_long_for_the_budget_gives_its_slot_to_a_download_that_n
     assert registry.get_model(spent).phase == registry.get_model(other).phase == "Ready"
     assert ready[other] < spent_until < ready[spent]  # the slot was given back while the budget was spent
     assert registry.hub_request_counts()["resolve"].throttled == 0 and hub.throttled_count() == 0
+
+
+@pure
+def test_a_hub_that_always_answers_429_fails_the_fetch_however_often_its_slot_was_given_back(monkeypatch):
+    """Each 429 says to wait longer than a slot is held for the budget, so the fetch gives its slot back and runs again
+    each time: the request's 429s are still counted in a row across those runs, and the eighth ends it."""
+    import contextlib
+
+    import weightkeeper.hubbudget
+    from weightkeeper.errors import DownloadError
+    from weightkeeper.hubbudget import THROTTLE_ATTEMPTS, HubBudget, Throttled
+
+    monkeypatch.setattr(weightkeeper.hubbudget, "SLOT_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr(weightkeeper.hubbudget, "MIN_WAIT_SECONDS", 0.3)
+    budget, sent, runs = HubBudget(None, {}, 300.0), [], []
+
+    def refused():
+        sent.append(1)
+        raise Throttled({"Retry-After": "0"})
+
+    def fetch(deadline: float) -> None:
+        runs.append(deadline)
+        assert len(runs) <= 3 * THROTTLE_ATTEMPTS, "the 429s were never counted across the runs: it never ends"
+        budget.call("key", "resolve", refused, "config.json of acme/always")
+
+    with pytest.raises(DownloadError, match=f"429 Too Many Requests {THROTTLE_ATTEMPTS} times in a row for config"):
+        budget.held(contextlib.nullcontext, 60.0, fetch)
+    assert len(sent) == THROTTLE_ATTEMPTS and len(runs) == THROTTLE_ATTEMPTS
+    assert all(later > first for first, later in zip(runs, runs[1:]))  # its deadline moved by each wait without a slot

@@ -110,11 +110,28 @@ def test_a_failure_is_recorded_only_on_a_path_nobody_works_on(wk):
     assert now.status == "Failed" and "still Running after 3 s" in now.message and now.lease is None
 
 
-def test_a_pool_without_a_worker_fails_the_path_naming_the_pool(wk, hub, monkeypatch):
+def _given_up(wk, monkeypatch, name: str, model):
+    """A parent run of `model`'s one path in its pool, with a 3 s start deadline, that gives up on it: the path then."""
     from prefect import flow
 
     import weightkeeper.flows.jobs
     from weightkeeper.flows.jobs import download_paths
+
+    monkeypatch.setattr(weightkeeper.flows.jobs, "START_SECONDS", 3)
+    monkeypatch.setattr(weightkeeper.flows.jobs, "POLL_SECONDS", 0.5)
+
+    @flow(name="deployed-parent")
+    def parent() -> bool:
+        return download_paths(name, model.local_paths)
+
+    run = in_thread(parent)
+    run.join(30)
+    assert not run.is_alive() and run.result.get("value") is False
+    (path,) = wk.registry.get_model(name).local_paths
+    return path
+
+
+def test_a_pool_without_a_worker_fails_the_path_naming_the_pool(wk, hub, monkeypatch):
     from weightkeeper.deployments import declared, ensure_work_pools
 
     wk.rewrite(hf_endpoint=hub.url, workspaces=[{"name": "idle", "volume": str(wk.volumes["team-a"]),
@@ -123,19 +140,8 @@ def test_a_pool_without_a_worker_fails_the_path_naming_the_pool(wk, hub, monkeyp
     for deployment, pool in declared(wk.settings):
         if pool == "wk-idle" and deployment.flow_name == "download-to-path":
             deployment.apply(work_pool_name=pool)  # no worker serves the pool
-    monkeypatch.setattr(weightkeeper.flows.jobs, "START_SECONDS", 3)
-    monkeypatch.setattr(weightkeeper.flows.jobs, "POLL_SECONDS", 0.5)
     hub.add_repo("acme/idle", tiny_files("idle"))
-    model = wk.declare("idle", "hf://acme/idle")
-
-    @flow(name="deployed-parent")
-    def parent() -> bool:
-        return download_paths("idle", model.local_paths)
-
-    run = in_thread(parent)
-    run.join(30)
-    assert not run.is_alive() and run.result.get("value") is False
-    (path,) = wk.registry.get_model("idle").local_paths
+    path = _given_up(wk, monkeypatch, "idle", wk.declare("idle", "hf://acme/idle"))
     assert path.status == "Failed" and "no worker serves work pool 'wk-idle'" in path.message
     assert "prefect worker start --pool wk-idle" in path.message and path.lease is None
     (child,) = named("download-idle-idle")
@@ -148,12 +154,10 @@ def test_a_run_a_worker_took_whose_pod_never_ran_fails_the_path_saying_what_to_c
     kubectl command that shows why, not that no worker serves the pool."""
     import textwrap
 
-    from prefect import flow
     from prefect.client.orchestration import get_client
     from prefect.states import Pending
 
     import weightkeeper.flows.jobs
-    from weightkeeper.flows.jobs import download_paths
     from weightkeeper.deployments import declared, ensure_work_pools
 
     wk.config.write_text(textwrap.dedent(f"""
@@ -182,18 +186,7 @@ def test_a_run_a_worker_took_whose_pod_never_ran_fails_the_path_saying_what_to_c
         return run
 
     monkeypatch.setattr(weightkeeper.flows.jobs, "run_deployment", taken_by_a_worker)
-    monkeypatch.setattr(weightkeeper.flows.jobs, "START_SECONDS", 3)
-    monkeypatch.setattr(weightkeeper.flows.jobs, "POLL_SECONDS", 0.5)
-    model = wk.declare("stuck", "hf://acme/stuck", owner_uid=4242)
-
-    @flow(name="deployed-parent")
-    def parent() -> bool:
-        return download_paths("stuck", model.local_paths)
-
-    run = in_thread(parent)
-    run.join(30)
-    assert not run.is_alive() and run.result.get("value") is False
-    (path,) = wk.registry.get_model("stuck").local_paths
+    path = _given_up(wk, monkeypatch, "stuck", wk.declare("stuck", "hf://acme/stuck", owner_uid=4242))
     (child,) = named("download-stuck-gpu")
     assert path.status == "Failed" and "its job was submitted to namespace 'team-a' but its pod never ran" in path.message
     assert f"`kubectl -n team-a describe pod -l prefect.io/flow-run-id={child.id}`" in path.message

@@ -227,7 +227,11 @@ class Dir:
                 if kind != stat.S_IFREG:
                     err = {stat.S_IFLNK: errno.ELOOP, stat.S_IFDIR: errno.EISDIR}.get(kind, errno.ENXIO)
                     raise OSError(err, f"{os.strerror(err)} (not a regular file: never opened)", self.path(name))
-                return os.open(f"/proc/self/fd/{probe}", flags & ~os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK)
+                try:
+                    return os.open(f"/proc/self/fd/{probe}", flags & ~os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK)
+                except FileNotFoundError:  # never "missing": the file looked at is held open
+                    raise OSError(errno.ENOSYS, "cannot reopen a file through /proc/self/fd: mount /proc",
+                                  self.path(name)) from None
             finally:
                 os.close(probe)
         raise UnsafePathError(f"refusing {self.path(name)}: it keeps being made and removed while it is opened")

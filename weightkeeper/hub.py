@@ -495,7 +495,7 @@ def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str
         for _ in range(MAX_REDIRECTS + 1):
             if _origin(to.url) == _origin(home):
                 response = budget.call(key, _bucket(to.url), lambda at=to: send(at, True),
-                                       f"{remote.path} of {source.repo_id}")
+                                       f"{remote.path} of {source.repo_id} ({wanted.get('Range', 'whole')})")
             else:
                 response = send(to, False)
             if not (hop := response.get_redirect_location()):

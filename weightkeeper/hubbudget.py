@@ -139,6 +139,7 @@ class HubBudget:
         self._lock = threading.Lock()
         self._waiting, self._told = 0, 0.0
         self._in_slot = False  # set by `held`: a long wait raises SlotYielded instead of sleeping
+        self._throttled: dict[tuple[str, str, str], int] = {}  # 429s in a row of a request: across `held`'s reruns
 
     def _sleep(self, seconds: float) -> None:
         """Sleep `seconds` in steps, telling `on_wait`; a fetch stopped meanwhile ends the wait (TransferInterrupted)."""
@@ -172,20 +173,26 @@ class HubBudget:
         if last:  # not after an error: what stopped the wait says why
             self.on_wait(None)
 
-    def held(self, slot: Callable[[], AbstractContextManager], work: Callable[[], R]) -> R:
-        """`work()` (a fetch taking its requests from this budget) inside `slot()` (a download slot); when a request
-        would wait longer than SLOT_WAIT_SECONDS, the fetch stops, the slot is given back, the wait is slept
-        without it, and `work()` runs again in a slot of its own (resuming from its partial files)."""
+    def held(self, slot: Callable[[], AbstractContextManager], seconds: float, work: Callable[[float], R],
+             yields: bool = True) -> R:
+        """`work(deadline)` (a fetch taking its requests from this budget, within `seconds` of holding a slot) inside
+        `slot()` (a download slot); with `yields` (there is a slot to give back), when a request would wait longer
+        than SLOT_WAIT_SECONDS the fetch stops, the slot is given back, the wait is slept without it, and `work()`
+        runs again in a slot (resuming from its partial files), its deadline moved by the time waited without one."""
+        deadline: float | None = None
         while True:
             with slot():
-                self._in_slot = True
+                deadline = time.monotonic() + seconds if deadline is None else deadline
+                self._in_slot = yields
                 try:
-                    return work()
+                    return work(deadline)
                 except SlotYielded as e:
-                    until = time.monotonic() + e.seconds
+                    left = e.seconds
                 finally:
                     self._in_slot = False
+            until = time.monotonic() + left
             self._waits(lambda: until - time.monotonic())
+            deadline += left
 
     def take(self, key: str, bucket: str) -> None:
         """Wait until the budget grants one request of `bucket` (counted as sent)."""
@@ -195,13 +202,23 @@ class HubBudget:
 
     def call(self, key: str, bucket: str, send: Callable[[], R], what: str) -> R:
         """`send()` one request of `bucket` (it raises Throttled on a 429), taken from the budget; a 429 blocks
-        the bucket for every worker as long as it says, then the request is sent again."""
-        for attempt in range(THROTTLE_ATTEMPTS):
+        the bucket for every worker as long as it says, then the request is sent again, until it was answered 429
+        THROTTLE_ATTEMPTS times in a row (`what` names it: counted across the reruns `held` makes)."""
+        while True:
             self.take(key, bucket)
             try:
-                return send()
+                answer = send()
             except Throttled as e:
+                with self._lock:
+                    attempt = self._throttled.get((key, bucket, what), 0)
+                    self._throttled[(key, bucket, what)] = attempt + 1
+                if attempt + 1 >= THROTTLE_ATTEMPTS:
+                    break
                 wait = throttle_wait(e.headers, attempt, self.window, time.time())
+            else:
+                with self._lock:
+                    self._throttled.pop((key, bucket, what), None)
+                return answer
             if self.registry is not None:
                 self.registry.hub_throttled(key, bucket, wait, self.window)
             else:

@@ -338,15 +338,16 @@ def staged(client, bucket: str, key: str, remote: RemoteFile) -> bool:
 
 def stage_snapshot(client, uri: str, snapshot: Snapshot,
                    fetch_one: Callable[[RemoteFile], tuple[BinaryIO, Callable[[], None]]],
-                   on_progress: Callable[[int], None]) -> tuple[int, int]:
+                   on_progress: Callable[[int], None], counts: dict[str, int] | None = None) -> tuple[int, int]:
     """Upload every file of `snapshot` under `uri` that is not staged yet; returns (uploaded, skipped) files.
 
     `fetch_one(file)` puts a verified local copy of the file on disk and returns it open, with the
     function that removes it once uploaded. `on_progress(bytes_staged)` may raise to stop (a deleted model).
+    `counts` (bytes, uploaded, skipped), if given, is counted in as it goes: what an interrupted call did.
     """
     bucket, prefix = split_uri(uri)
     lock = threading.Lock()
-    counts = {"bytes": 0, "uploaded": 0, "skipped": 0}
+    counts = {"bytes": 0, "uploaded": 0, "skipped": 0} if counts is None else counts
 
     def add(n: int, count: str | None = None) -> None:
         with lock:

@@ -110,10 +110,12 @@ def _check_entry(d: Dir, name: str, path: str, size: int, remote: RemoteFile | N
         fd = d.open(name, os.O_RDONLY)
     except FileNotFoundError:
         return Problem(path, "missing")
-    except OSError as e:
-        if e.errno != errno.ELOOP:
-            raise
-        return Problem(path, "is a symlink, not a file")
+    except OSError as e:  # swapped since the stat: `open` opens nothing but a regular file
+        if e.errno == errno.ELOOP:
+            return Problem(path, "is a symlink, not a file")
+        if e.errno in (errno.EISDIR, errno.ENXIO):
+            return Problem(path, "not a regular file")
+        raise
     try:
         if problem := _problem(os.fstat(fd), path, size):
             return problem

@@ -96,9 +96,10 @@ class ArtifactOps:
                          switching.get(row.id, [])) for row in rows]
 
     def _switching(self, s, which: Callable) -> dict[int, list[str]]:
-        """The live Ready models switching to each shared copy `which` selects, by copy id: its commit is their
-        pending one, of their repository and patterns (its name is their `copy_name`), on the cluster and volume
-        of the copy a live Ready path of theirs links to now (where its switch fills the new one)."""
+        """The models (not being deleted: a move or a failure keeps a pending switch) switching to each shared copy
+        `which` selects, by copy id: its commit is their pending one, of their repository and patterns (its name is
+        their `copy_name`), on the cluster and volume of the copy a Ready path of theirs links to (where its switch
+        fills the new one)."""
         new, now = aliased(ArtifactRow), aliased(ArtifactRow)
         rows = s.execute(
             select(new.id, new.path, ModelRow.name, ModelRow.pending_commit, ModelRow.include_patterns,
@@ -107,8 +108,7 @@ class ArtifactOps:
             .join(now, now.id == LocalPathRow.artifact_id)
             .join(new, and_(new.repo_id == ModelRow.repo_id, new.commit == ModelRow.pending_commit,
                             new.cluster == now.cluster, new.volume == now.volume))
-            .where(ModelRow.phase == READY, LocalPathRow.status == READY, LocalPathRow.retired.is_(False),
-                   which(new.id)).order_by(ModelRow.name))
+            .where(ModelRow.phase != DELETING, LocalPathRow.status == READY, which(new.id)).order_by(ModelRow.name))
         out: dict[int, list[str]] = {}
         for artifact_id, path, name, commit, include, exclude in rows:  # a row for each path of theirs there
             if posixpath.basename(path) == copy_name(commit, include, exclude) and name not in out.get(artifact_id, ()):
