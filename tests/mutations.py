@@ -1451,8 +1451,8 @@ MUTATIONS = {
         "weightkeeper/hubbudget.py", "                    attempt = self._throttled.get((key, bucket, what), 0)\n",
         "                    attempt = 0\n", "tests/test_budget.py::test_a_hub_that_always_answers_429_fails_the_fetch_however_often_its_slot_was_given_back"),
     "budget-yield-moves-deadline": (
-        "weightkeeper/hubbudget.py", "            deadline += left\n",
-        "", "tests/test_budget.py::test_a_hub_that_always_answers_429_fails_the_fetch_however_often_its_slot_was_given_back"),
+        "weightkeeper/hubbudget.py", "deadline = deadline + now - stopped if deadline else",
+        "deadline = deadline if deadline else", "tests/test_budget.py::test_a_hub_that_always_answers_429_fails_the_fetch_however_often_its_slot_was_given_back"),
     "verify-swapped-entry-one-problem": (
         "weightkeeper/verify.py", "        if e.errno in (errno.EISDIR, errno.ENXIO):\n",
         "        if False:\n", "tests/test_attacks.py::test_a_file_swapped_after_its_stat_is_a_problem_of_the_copy_never_an_error"),

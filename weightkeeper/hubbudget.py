@@ -178,21 +178,20 @@ class HubBudget:
         """`work(deadline)` (a fetch taking its requests from this budget, within `seconds` of holding a slot) inside
         `slot()` (a download slot); with `yields` (there is a slot to give back), when a request would wait longer
         than SLOT_WAIT_SECONDS the fetch stops, the slot is given back, the wait is slept without it, and `work()`
-        runs again in a slot (resuming from its partial files), its deadline moved by the time waited without one."""
-        deadline: float | None = None
+        runs again in a slot (resuming from its partial files), its deadline moved by the time it had none."""
+        deadline = stopped = 0.0
         while True:
             with slot():
-                deadline = time.monotonic() + seconds if deadline is None else deadline
+                now = time.monotonic()
+                deadline = deadline + now - stopped if deadline else now + seconds
                 self._in_slot = yields
                 try:
                     return work(deadline)
                 except SlotYielded as e:
-                    left = e.seconds
+                    stopped, until = time.monotonic(), time.monotonic() + e.seconds
                 finally:
                     self._in_slot = False
-            until = time.monotonic() + left
             self._waits(lambda: until - time.monotonic())
-            deadline += left
 
     def take(self, key: str, bucket: str) -> None:
         """Wait until the budget grants one request of `bucket` (counted as sent)."""
