@@ -123,10 +123,10 @@ def start_worker(ready: multiprocessing.synchronize.Barrier) -> None:
     """A worker process: the flow imported, slots and the client's 503 retries counted; waits for the others."""
     global SLOTS, RETRIES
     import fastapi.encoders  # noqa: F401 - what Prefect imports at a process's first subflow call
-    import weightkeeper.tasks.download
+    import weightkeeper.runtime
     from weightkeeper.flows.ensure_model import ensure_model  # noqa: F401 - imported before the clock starts
 
-    SLOTS = weightkeeper.tasks.download.download_slot = Slots(weightkeeper.tasks.download.download_slot)
+    SLOTS = weightkeeper.runtime.download_slot = Slots(weightkeeper.runtime.download_slot)
     RETRIES = Retries()
     logging.getLogger("prefect.client").setLevel(logging.DEBUG)
     logging.getLogger("prefect.client").addFilter(RETRIES)

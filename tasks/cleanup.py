@@ -105,12 +105,12 @@ def _job_pods(settings: Settings, model: Model) -> list[str]:
     unfinished runs are asked to cancel (the worker then deletes their Jobs); a Cancelled run does not prove its
     pod is gone, so only the cluster's answer counts."""
     clusters = {p.cluster for p in model.local_paths}
-    pods = []
+    runs: dict = {}  # by cluster target: workspaces sharing a pool's target are asked once
     for ws in settings.workspaces:
         if ws.kubernetes is not None and ws.cluster in clusters:
-            runs = [str(run.id) for run in _job_runs(model.name, ws.name)]
-            pods += live_pods(ws.kubernetes, runs, model=model.name)  # by run, and by the model's label
-    return pods
+            runs.setdefault(ws.kubernetes, []).extend(str(run.id) for run in _job_runs(model.name, ws.name))
+    return sorted({pod for target, ids in runs.items()
+                   for pod in live_pods(target, ids, model=model.name)})  # by run, and by the model's label
 
 
 def _job_runs(name: str, workspace: str) -> list:

@@ -33,7 +33,7 @@ from weightkeeper.registry.metrics import DOWNLOAD_SECONDS, DOWNLOADED_BYTES, RE
 from weightkeeper.registry.artifacts import A_DOWNLOADING, A_PENDING, A_READY
 from weightkeeper.registry.common import DOWNLOADING, WAITING
 from weightkeeper.reuse import Reused, reuse_files
-from weightkeeper.runtime import download_slot, say_slot_wait
+from weightkeeper.runtime import fetch_in_slot
 from weightkeeper.context import current
 from weightkeeper.sharing import discard, file_lock, is_ready, mark_ready
 from weightkeeper.sources import check_access, fetch_model_files, s3_uri
@@ -223,8 +223,7 @@ def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: S
                           deadline, budget)
 
     with FetchMeter(registry, reporter.entry.workspace, source, reporter.beat) as meter:
-        budget.held(lambda: download_slot(settings, say_slot_wait(reporter.beat)), settings.download_timeout_seconds,
-                    fetch, settings.downloads_limited)
+        fetch_in_slot(settings, budget, reporter.beat, fetch)
     reporter.beat(snapshot.total_bytes, force=True)
     logger.info("%s: fetched %d bytes into %s", model.name, meter.most - (meter.first or 0), target)
 

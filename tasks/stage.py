@@ -25,7 +25,7 @@ from weightkeeper.registry import Holder
 from weightkeeper.registry.leases import Kind
 from weightkeeper.registry.common import DOWNLOADING, FAILED, PENDING
 from weightkeeper.credentials import load_token
-from weightkeeper.runtime import download_slot, say_slot_wait
+from weightkeeper.runtime import fetch_in_slot
 from weightkeeper.context import current
 from weightkeeper.s3 import stage_snapshot
 from weightkeeper.sources import check_access, pace, s3_client
@@ -107,8 +107,7 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
                 stage_snapshot(s3_client(settings), uri, snapshot, fetch_one, beat, counts)
                 return counts["uploaded"], counts["skipped"] - before  # skipped: those another model staged
 
-            uploaded, skipped = budget.held(lambda: download_slot(settings, say_slot_wait(beat, f" to stage to {uri}")),
-                                            settings.download_timeout_seconds, stage, settings.downloads_limited)
+            uploaded, skipped = fetch_in_slot(settings, budget, beat, stage, f" to stage to {uri}")
             if skipped:  # another model staged them: its token proved nothing for this one
                 check_access(settings, registry, model.source, model.token_block, snapshot)
     except DownloadCancelled as e:

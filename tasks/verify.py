@@ -29,7 +29,7 @@ from weightkeeper.registry.leases import Kind
 from weightkeeper.registry.artifacts import A_DOWNLOADING, A_FAILED, A_PENDING, A_READY, A_REPAIRING
 from weightkeeper.registry.common import FAILED, READY, utcnow
 from weightkeeper.registry.copies import LinkedPath
-from weightkeeper.runtime import download_slot, say_slot_wait
+from weightkeeper.runtime import fetch_in_slot
 from weightkeeper.context import current
 from weightkeeper.sharing import discard, mark_ready, unmark_ready
 from weightkeeper.sources import fetch_model_files
@@ -166,8 +166,7 @@ def _refetch(settings: Settings, registry: Registry, snapshot: Snapshot, root: D
         beat(message=repairing, force=True)
         _fetch_again(settings, model, snapshot, root, beat, budget, deadline)
 
-    budget.held(lambda: download_slot(settings, say_slot_wait(beat)), settings.download_timeout_seconds, fetch,
-                settings.downloads_limited)
+    fetch_in_slot(settings, budget, beat, fetch)
 
 
 def _fetch_again(settings: Settings, model: Model, snapshot: Snapshot, root: Dir, beat: Beat, budget,

@@ -1202,8 +1202,8 @@ MUTATIONS = {
         "tasks/verify.py", "    except (OSError, UnsafePathError, NotOursError) as e:\n        _unmeasured(",
         "    except NotFoundError as e:\n        _unmeasured(", "tests/test_repair.py::test_a_link_swapped_in_after_a_repair_fails_the_path_not_the_task"),
     "pod-list-read-deadline": (
-        "weightkeeper/pods.py", " or time.monotonic() > deadline:",
-        ":", "tests/test_kube.py::test_the_pod_check_gives_up_on_an_api_server_that_drips_floods_or_lies[drip]"),
+        "weightkeeper/pods.py", "read_whole(response, MAX_ANSWER_BYTES, max(0.0, deadline - time.monotonic()))",
+        "read_whole(response, MAX_ANSWER_BYTES, 1e9)", "tests/test_kube.py::test_the_pod_check_gives_up_on_an_api_server_that_drips_floods_or_lies[drip]"),
     "pod-list-shape-checked": (
         "weightkeeper/pods.py", "    if not isinstance(items, list) or not all(",
         "    if False and not all(", "tests/test_kube.py::test_the_pod_check_gives_up_on_an_api_server_that_drips_floods_or_lies[not-a-list]"),
@@ -1211,8 +1211,8 @@ MUTATIONS = {
         "weightkeeper/pods.py", "        [f\"{MODEL_LABEL}={model_label(model)},{FLOW_LABEL}={DOWNLOAD_FLOW}\"] if model else [])",
         "        [] if model else [])", "tests/test_kube.py::test_a_pod_of_a_run_prefect_no_longer_knows_still_counts"),
     "delete-pods-by-model-label": (
-        "tasks/cleanup.py", "pods += live_pods(ws.kubernetes, runs, model=model.name)",
-        "pods += live_pods(ws.kubernetes, runs)", "tests/test_kube.py::test_delete_waits_for_a_pod_of_the_model_whose_run_prefect_no_longer_knows"),
+        "tasks/cleanup.py", "for pod in live_pods(target, ids, model=model.name)",
+        "for pod in live_pods(target, ids)", "tests/test_kube.py::test_delete_waits_for_a_pod_of_the_model_whose_run_prefect_no_longer_knows"),
     "serve-ignores-later-signals": (
         "weightkeeper/serve.py", "signal.signal(sig, signal.SIG_IGN)",
         "signal.getsignal(sig)", "tests/test_serve.py::test_repeated_sigterms_still_stop_every_worker_before_serve_exits"),

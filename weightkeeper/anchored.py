@@ -208,6 +208,8 @@ class Dir:
         looked at (`O_PATH`) before it is opened, and only a regular file is: opening anything else can act (a
         device's driver, a FIFO's waiting writer). A link is ELOOP, a directory EISDIR, a FIFO, device or socket
         ENXIO, none of them opened; the file opened is the one looked at (reopened through its descriptor)."""
+        if flags & os.O_CREAT and flags & os.O_EXCL:  # only ever a new regular file: whatever stands there is EEXIST
+            return os.open(name, flags | FILE_FLAGS, mode, dir_fd=self.fd)
         for _ in range(3):
             try:
                 probe = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
@@ -217,12 +219,8 @@ class Dir:
                 try:
                     return os.open(name, flags | os.O_EXCL | FILE_FLAGS, mode, dir_fd=self.fd)
                 except FileExistsError:
-                    if flags & os.O_EXCL:
-                        raise
                     continue  # made meanwhile: looked at first, as anything standing there
             try:
-                if flags & os.O_CREAT and flags & os.O_EXCL:
-                    raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), self.path(name))
                 kind = stat.S_IFMT(os.fstat(probe).st_mode)
                 if kind != stat.S_IFREG:
                     err = {stat.S_IFLNK: errno.ELOOP, stat.S_IFDIR: errno.EISDIR}.get(kind, errno.ENXIO)
@@ -249,7 +247,7 @@ class Dir:
                 self._unlink_planted(name)
                 continue
             st = os.fstat(fd)
-            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+            if st.st_nlink == 1:  # `open` opened a regular file: one with no other name is ours alone
                 os.set_blocking(fd, True)
                 return fd
             os.close(fd)

@@ -188,7 +188,8 @@ class HubBudget:
                 try:
                     return work(deadline)
                 except SlotYielded as e:
-                    stopped, until = time.monotonic(), time.monotonic() + e.seconds
+                    stopped = time.monotonic()
+                    until = stopped + e.seconds
                 finally:
                     self._in_slot = False
             self._waits(lambda: until - time.monotonic())

@@ -12,6 +12,7 @@ from weightkeeper.config import DOWNLOAD_FLOW
 from weightkeeper.errors import CleanupError
 from weightkeeper.hub import HeadersInTime
 from weightkeeper.kube import LABEL, KubernetesTarget, model_label
+from weightkeeper.watchdog import BodyRefused, read_whole
 
 RUN_LABEL = "prefect.io/flow-run-id"  # set by the Kubernetes worker on the Job and its pods
 MODEL_LABEL = f"{LABEL}/model"  # set by weightkeeper's job variables (`kube.job_variables`), whatever Prefect keeps
@@ -53,17 +54,6 @@ def _session(target: KubernetesTarget):
     return pool, cfg.host.rstrip("/"), headers
 
 
-def _read(response, deadline: float, what: str) -> bytes:
-    """The body, refused once it passes MAX_ANSWER_BYTES or the deadline (a slow drip counts too)."""
-    body = bytearray()
-    while chunk := response.read1(1 << 16):
-        body += chunk
-        if len(body) > MAX_ANSWER_BYTES or time.monotonic() > deadline:
-            raise CleanupError(f"{what} answered more than {MAX_ANSWER_BYTES} bytes or took more than "
-                               f"{API_TIMEOUT_SECONDS} s; the model is kept: check the cluster's API server")
-    return bytes(body)
-
-
 def _list(session, namespace: str, selector: str) -> list[dict]:
     """The pods of `namespace` that `selector` names, as the API server answered them."""
     import urllib3
@@ -77,7 +67,9 @@ def _list(session, namespace: str, selector: str) -> list[dict]:
     try:
         if response.status != 200:
             raise CleanupError(f"{what} failed: HTTP {response.status} {response.reason}; the model is kept")
-        answer = json.loads(_read(response, deadline, what))
+        answer = json.loads(read_whole(response, MAX_ANSWER_BYTES, max(0.0, deadline - time.monotonic())))
+    except BodyRefused as e:
+        raise CleanupError(f"{what}: {e}; the model is kept: check the cluster's API server") from None
     except ValueError:
         raise CleanupError(f"{what} is not JSON; the model is kept: check the cluster's API server") from None
     finally:

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 import prefect.context
@@ -24,6 +24,11 @@ from prefect.settings.legacy import Setting
 
 from weightkeeper.config import DOWNLOAD_LIMIT_NAME, Settings
 from weightkeeper.errors import DownloadError
+
+if TYPE_CHECKING:
+    from weightkeeper.hubbudget import HubBudget
+
+R = TypeVar("R")
 
 SLOT_POLL_SECONDS = 1.0
 SLOT_LEASE_SECONDS = 60.0  # the shortest lease Prefect's server grants (`lease_duration` >= 60)
@@ -128,6 +133,15 @@ def _take_slot(on_wait: Callable[[int, int], None]) -> AbstractContextManager[No
                         raise
         on_wait(in_use, limit)
         time.sleep(random.uniform(0.5, 1.0) * SLOT_POLL_SECONDS)  # waiters out of step
+
+
+def fetch_in_slot(settings: Settings, budget: HubBudget, beat: Callable[..., None], work: Callable[[float], R],
+                  suffix: str = "") -> R:
+    """`work(deadline)` in a download slot, within `download_timeout_seconds` of holding one (saying the wait for it
+    through `beat`, `suffix` after), the slot given back during a long wait for the Hub request budget
+    (`HubBudget.held`)."""
+    return budget.held(lambda: download_slot(settings, say_slot_wait(beat, suffix)), settings.download_timeout_seconds,
+                       work, settings.downloads_limited)
 
 
 def say_slot_wait(beat: Callable[..., None], suffix: str = "") -> Callable[[int, int], None]:
