@@ -483,9 +483,9 @@ def test_waiting_for_a_download_slot_does_not_count_against_the_staging_timeout(
     import contextlib
     import time
 
-    from weightkeeper.tasks import stage
+    from weightkeeper import runtime
 
-    taken = stage.download_slot
+    taken = runtime.download_slot  # what `runtime.fetch_in_slot` holds
 
     @contextlib.contextmanager
     def late_slot(settings, on_wait):
@@ -493,7 +493,7 @@ def test_waiting_for_a_download_slot_does_not_count_against_the_staging_timeout(
         with taken(settings, on_wait):
             yield
 
-    monkeypatch.setattr(stage, "download_slot", late_slot)
+    monkeypatch.setattr(runtime, "download_slot", late_slot)
     hub.add_repo("acme/late-slot", tiny_files("s3-late-slot"))
     wk.rewrite(hf_endpoint=hub.url, download_timeout_seconds=5)
     wk.declare("late-slot", "hf://acme/late-slot", workspaces=["team-a"])
