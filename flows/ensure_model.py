@@ -75,17 +75,21 @@ def follow(name: str) -> str:
     check, or at once for a model that is not tracked (no next check comes). A check that does not complete (the
     Hub down after its retries, a killed switch's link it cannot put back yet) records only why, and when. A
     model with nothing to ask (not tracked, no revision asked for) whose switch an earlier run left unfinished
-    (back to its own commit, for paths left on another) is not asked: that switch is run and recorded."""
+    (back to its own commit, for paths left on another) is not asked: when it is tried is recorded first (reconcile
+    tries one that cannot finish yet again at its next turn, not at every pass), then that switch is run and
+    recorded."""
     settings, registry = current()
     ensure_download_limit(settings)
     model = registry.get_model(name)
     asked = model.next_revision or model.revision
     if not (model.track or model.next_revision):
         switching = True  # nothing to ask: only a switch an earlier run left pending, run again
+        registry.head_checked(name, None, [], asked=asked)  # tried now, whatever becomes of this run
     elif (moved := check_head(name, return_state=True)).is_completed():
         switching = moved.result()
     else:  # no answer: the pending commit and the revision asked for stay, nothing switches (`head_checked`)
-        again = "its next check asks again" if model.track else f"`weightkeeper model ensure {name}` asks again"
+        again = "its next check asks again" if model.track or model.pending_commit else \
+            f"`weightkeeper model ensure {name}` asks again"
         registry.head_checked(name, None, [], held=f"cannot check {asked}: {moved.message}; it stays on "
                                                    f"{model.commit}; {again}", asked=asked)
         switching = False
@@ -93,7 +97,8 @@ def follow(name: str) -> str:
         _switch(name)
         model = registry.get_model(name)
         # not tracked, no check comes by itself: a revision some paths did not reach is held (asked again by the
-        # next `model update` or `model ensure`), and those that did go back at once (`hold_switch`)
+        # next `model update` or `model ensure`, or at its turn while a switch back is left pending), and those
+        # that did go back at once (`hold_switch`)
         if not model.track and model.pending_commit not in (None, model.commit) and hold_switch(model, asked):
             _switch(name)
     model = registry.get_model(name)

@@ -88,7 +88,7 @@ def _drive_models(settings: Settings, registry: Registry, models: list[Model],
             mark_crashed(run_id, model.name, return_state=True)
             registry.release_run(model.name, lease.lease.holder, abandoned_only=True)  # marked once
         update = update_due(model.phase, model.track, model.next_revision, model.head_checked_at, now,
-                            settings.track_interval_seconds, model.id)
+                            settings.track_interval_seconds, model.id, pending=model.pending_commit is not None)
         if flow_name := needed_run(model.phase, lease.flow if lease is not None and lease.fresh else None, update):
             outcomes[f"model {model.name}"] = start_run(flow_name, model.name, update)
     return outcomes

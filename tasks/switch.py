@@ -130,7 +130,8 @@ def hold_switch(model: Model, asked: str) -> bool:
     """A model no check comes to by itself, whose pending commit (the answer for `asked`) some paths did not reach:
     links its switch renamed and did not record are put back (`_mend_links`), then the commit is held
     (`head_checked`, with the model's message): True when paths that did switch go back. A link not put back keeps
-    it pending, as a check that fails for now does (the next `model ensure` or `model update` tries again)."""
+    it pending, as a check that fails for now does (reconcile at the model's next turn, `model ensure` or
+    `model update` tries again)."""
     _, registry = current()
     try:
         _mend_links(*current(), model)

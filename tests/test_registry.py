@@ -316,7 +316,8 @@ def test_a_write_that_is_not_idempotent_is_never_retried(registry, monkeypatch):
 
 
 def test_a_pass_reads_a_tracked_model_exactly_when_its_turn_makes_it_due(registry):
-    """The SQL condition (`updates.update_due`, one per turn) selects the models `desired.update_due` finds due."""
+    """The SQL condition (`updates.update_due`, one per turn) selects the models `desired.update_due` finds due:
+    tracked ones, and ones not tracked with a switch left pending, at their turn."""
     from datetime import datetime, timedelta, timezone
 
     from sqlalchemy import select
@@ -331,12 +332,16 @@ def test_a_pass_reads_a_tracked_model_exactly_when_its_turn_makes_it_due(registr
     with registry._tx() as s:
         for i, row in enumerate(s.scalars(select(ModelRow).order_by(ModelRow.id))):
             row.phase, row.track = "Ready", i % 5 != 4  # every fifth not tracked
+            row.pending_commit = "b" * 40 if i % 3 == 0 else None  # a switch left pending on every third
             row.head_checked_at = None if i == 0 else now - timedelta(seconds=i * 67)  # up to 1.5 intervals ago
     for interval in (3600, 0):
         with registry._tx() as s:
-            rows = s.execute(select(ModelRow.name, ModelRow.id, ModelRow.track, ModelRow.head_checked_at)).all()
+            rows = s.execute(select(ModelRow.name, ModelRow.id, ModelRow.track, ModelRow.head_checked_at,
+                                    ModelRow.pending_commit)).all()
             chosen = set(s.scalars(select(ModelRow.name).where(due_sql(now, interval))))
-        due = {name for name, model_id, track, checked in rows if update_due(
+        due = {name for name, model_id, track, checked, pending in rows if update_due(
             "Ready", track, None, checked if checked is None or checked.tzinfo else checked.replace(tzinfo=timezone.utc),
-            now, interval, model_id)}
+            now, interval, model_id, pending=pending is not None)}
         assert chosen == due and 0 < len(due) < 80
+        untracked = {name for name, _, track, _, pending in rows if not track and pending}
+        assert untracked & due and (interval == 0 or untracked - due)  # some at their turn, others not yet

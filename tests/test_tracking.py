@@ -53,6 +53,29 @@ def test_a_tracked_ready_model_is_due_once_per_interval_or_when_a_revision_is_as
     assert in_grace(minute_ago, NOW, 600) and not in_grace(hour_ago, NOW, 600) and not in_grace(None, NOW, 600)
 
 
+def test_a_switch_left_pending_on_a_model_not_tracked_is_due_at_its_turn_never_at_every_pass():
+    """A model not tracked whose switch (or switch back) a killed run left pending is due for a run that finishes
+    it: at once when never tried, else at its turn once per interval after the last try, like a tracked check. A
+    switch that cannot finish yet (tried at every due pass, failing each time) is tried 3 or 4 times in 4 hours of
+    passes a minute apart, not 240."""
+    minute_ago, hour_and_half_ago = NOW - timedelta(minutes=1), NOW - timedelta(minutes=90)
+    for model_id in range(2 * TURNS):
+        assert update_due("Ready", False, None, None, NOW, 3600, model_id, pending=True)
+        assert update_due("Ready", False, None, hour_and_half_ago, NOW, 3600, model_id, pending=True)
+        assert not update_due("Ready", False, None, minute_ago, NOW, 3600, model_id, pending=True)  # just tried
+        assert not update_due("Ready", False, None, hour_and_half_ago, NOW, 3600, model_id)  # nothing pending
+        assert update_due("Ready", False, None, minute_ago, NOW, 0, model_id, pending=True)
+        for phase in ("Pending", "Downloading", "Failed", "Deleting"):
+            assert not update_due(phase, False, None, hour_and_half_ago, NOW, 0, model_id, pending=True)
+        tried = [NOW]
+        for minute in range(1, 4 * 60 + 1):
+            if update_due("Ready", False, None, tried[-1], now := NOW + timedelta(minutes=minute), 3600, model_id,
+                          pending=True):
+                tried.append(now)
+        assert len(tried) in (4, 5)
+        assert all(1800 <= (b - a).total_seconds() <= 5400 for a, b in zip(tried, tried[1:]))
+
+
 @pytest.mark.parametrize("interval", [60, 3600, 86400])
 def test_tracked_models_asked_together_are_asked_again_at_turns_of_their_own_once_per_interval(interval):
     """320 tracked models asked in one pass, then reconcile passes every minute for four intervals: each is asked
@@ -421,6 +444,92 @@ def test_a_switch_killed_before_the_registry_recorded_it_is_rolled_back_by_the_n
     assert reconcile()[path] == "linked"
 
 
+def _turn_came(wk, name: str, interval: float = 3600) -> None:
+    """As if 1.5 intervals passed since the model was last asked or tried: its next turn came."""
+    from sqlalchemy import select
+
+    from weightkeeper.registry.schema import ModelRow
+
+    with wk.registry._tx() as s:
+        s.scalar(select(ModelRow).where(ModelRow.name == name)).head_checked_at -= timedelta(seconds=1.5 * interval)
+
+
+def _back_left_pending(wk, hub, monkeypatch, name: str, repo: str) -> tuple[str, str, dict, str, str]:
+    """A model not tracked, Ready on A: `model update --revision v2` (B) switches its path and the run is killed
+    before it records the model's switch; v2 returns to A and the run that finds nothing to switch to is killed
+    before it links the path back. Nothing is asked any more (no revision asked for, not tracked); A is pending
+    (switch back), the path is on B: (a, b, a_files, path, copies)."""
+    import weightkeeper.flows.ensure_model as ensure
+    from weightkeeper.errors import WeightkeeperError
+    from weightkeeper.registry import Registry
+
+    def killed(*args, **kwargs):
+        raise WeightkeeperError("killed")
+
+    a_files = commit_files("A")
+    a = hub.add_repo(repo, a_files)
+    wk.declare(name, f"hf://{repo}", workspaces=["team-a"], download_policy="reuse-if-exists")
+    assert ensure_model(name) == "Ready"
+    path = wk.registry.get_model(name).local_paths[0].path
+    b = hub.add_repo(repo, commit_files("B", B_CHANGES), revision="v2")
+    wk.registry.request_revision(name, "v2")
+    with monkeypatch.context() as patched:
+        patched.setattr(Registry, "model_switched", killed)
+        ensure_model(name, return_state=True)
+    hub.add_repo(repo, a_files, revision="v2")
+    with monkeypatch.context() as patched:
+        patched.setattr(ensure, "_switch", killed)
+        ensure_model(name, return_state=True)
+    copies = f"_artifacts/{repo.replace('/', '--')}"
+    model = wk.registry.get_model(name)
+    assert model.commit == a and model.pending_commit == a and model.next_revision is None and not model.track
+    assert os.readlink(path) == f"{copies}/{b}"
+    return a, b, a_files, path, copies
+
+
+def test_a_switch_left_pending_on_a_model_not_tracked_is_finished_by_a_reconcile_pass(wk, hub, monkeypatch):
+    """The switch back a killed run left pending on a model nothing asks again is finished by reconcile, with no
+    `model ensure`: not in the pass right after the run that tried it, but at the model's next turn. The path links
+    to A again, nothing is pending, and later passes start no run for it."""
+    name, repo = "back-by-pass", "acme/track-back-by-pass"
+    a, b, a_files, path, copies = _back_left_pending(wk, hub, monkeypatch, name, repo)
+    asked = sum(r.repo_id == repo and r.path.startswith("/api/") for r in hub.requests)
+    assert f"model {name}" not in reconcile()  # tried a moment ago: not due yet
+    assert wk.registry.get_model(name).pending_commit == a
+
+    _turn_came(wk, name)
+    assert reconcile()[f"model {name}"] == "ensure-model: Ready"
+    model = wk.registry.get_model(name)
+    assert model.commit == a and model.pending_commit is None and model.phase == "Ready"
+    assert os.readlink(path) == f"{copies}/{a}" and wk.registry.get_artifact(model.local_paths[0].artifact_id).commit == a
+    assert {n: open(f"{path}/{n}", "rb").read() for n in a_files} == a_files
+    assert sum(r.repo_id == repo and r.path.startswith("/api/") for r in hub.requests) == asked  # nothing asked
+    _turn_came(wk, name)
+    assert f"model {name}" not in reconcile()  # nothing pending: no run, whatever the time
+
+
+def test_a_switch_left_pending_that_cannot_finish_is_tried_once_per_interval_not_at_every_pass(wk, hub, monkeypatch):
+    """The killed switch's path lease has not lapsed, so the pending switch back cannot run: the pass at the model's
+    turn tries it (one run), the passes after it start none, the next turn tries again; once the lease is gone the
+    run at the following turn finishes it."""
+    name = "back-held"
+    a, b, a_files, path, copies = _back_left_pending(wk, hub, monkeypatch, name, "acme/track-back-held")
+    entry = wk.registry.get_model(name).local_paths[0]
+    elsewhere = Holder("run-9/1", "gpu-9", 4242, 99.0)  # the killed switch's, on another host: not lapsed yet
+    assert wk.registry.claim_switch(name, entry.id, elsewhere, 600) == "claimed"
+    for turn in range(2):
+        _turn_came(wk, name)
+        assert reconcile()[f"model {name}"] == "ensure-model: Ready"  # tried
+        assert wk.registry.get_model(name).pending_commit == a and os.readlink(path) == f"{copies}/{b}"
+        for _ in range(2):
+            assert f"model {name}" not in reconcile()  # not again at every pass
+    wk.registry.end_switch(name, entry.id, elsewhere)  # its lease is gone
+    _turn_came(wk, name)
+    assert reconcile()[f"model {name}"] == "ensure-model: Ready"
+    model = wk.registry.get_model(name)
+    assert model.pending_commit is None and model.commit == a and os.readlink(path) == f"{copies}/{a}"
+
+
 def test_a_switch_killed_mid_fill_leaves_a_copy_the_pass_keeps_and_the_next_switch_resumes(wk, hub):
     """The switch to B is SIGKILLed while it fetches B's new shard: its copy of B, partial file included, is the
     model's pending commit's, linked from nowhere yet. A pass keeps it, and the next switch fetches only the rest of
@@ -467,7 +576,6 @@ def test_a_failed_switchs_copy_is_kept_only_while_its_commit_is_pending(wk, hub)
     """The switch to B fails (B's new shard refused): the pass that ran it keeps B's copy, which the model still
     switches to. Models switching to B on another volume, or with patterns of their own, keep it not: once the branch
     is back at A nothing of this model is pending, and the next pass collects it."""
-    wk.rewrite(hf_endpoint=hub.url, track_interval_seconds=0)
     repo = "acme/track-pending-copy"
     a = hub.add_repo(repo, commit_files("A"))
     shared = dict(download_policy="reuse-if-exists")
@@ -479,7 +587,7 @@ def test_a_failed_switchs_copy_is_kept_only_while_its_commit_is_pending(wk, hub)
         assert ensure_model(name) == "Ready"
     b_files = commit_files("B", B_CHANGES)
     b = hub.add_repo(repo, b_files)
-    for name in ("elsewhere", "patterned"):  # not tracked: pending until asked again
+    for name in ("elsewhere", "patterned"):  # tried now: pending, and not due before their next turn
         assert wk.registry.head_checked(name, b, [{"path": n, "size": len(v)} for n, v in b_files.items()])
     hub.fail_next(1, 403, repo_id=repo, path_contains=SHARDS[1])
     copy = wk.volumes["team-a"] / "models" / "_artifacts" / "acme--track-pending-copy" / b
@@ -491,6 +599,7 @@ def test_a_failed_switchs_copy_is_kept_only_while_its_commit_is_pending(wk, hub)
     assert collect_shared_copy(artifact.id) == "in use" and copy.is_dir()  # a pass that listed it before the check
 
     hub.add_repo(repo, commit_files("A"))  # main is back at A: nothing to switch to
+    _turn_came(wk, "pending-copy")
     assert reconcile()[str(copy)] == "collected" and not copy.exists()
     assert wk.registry.get_model("pending-copy").pending_commit is None
     assert wk.registry.get_model("elsewhere").pending_commit == b == wk.registry.get_model("patterned").pending_commit

@@ -28,15 +28,17 @@ def needed_run(phase: str, live_run: str | None, update: bool = False) -> str | 
 
 
 def update_due(phase: str, track: bool, next_revision: str | None, head_checked_at: datetime | None,
-               now: datetime, interval: float, model_id: int) -> bool:
-    """A Ready model's next commit is due to be asked for: a revision `model update` asked for and not asked
-    yet, or a tracked branch never asked, or whose turn (`last_turn`) came half an interval or more after it was
-    last asked: once per interval, at its turn (the first time between 0.5 and 1.5 intervals after the last)."""
+               now: datetime, interval: float, model_id: int, pending: bool = False) -> bool:
+    """A Ready model is due for a run that asks for its next commit or finishes a switch: a revision `model update`
+    asked for and not asked yet, or a tracked branch or a `pending` switch (one a killed run left, tracked or not)
+    never asked or tried, or whose turn (`last_turn`) came half an interval or more after it was last asked or
+    tried: once per interval, at its turn (the first time between 0.5 and 1.5 intervals after the last), so a
+    switch that cannot finish yet is not run again at every pass."""
     if phase != READY:
         return False
     if next_revision and head_checked_at is None:
         return True
-    if not track:
+    if not (track or pending):
         return False
     return head_checked_at is None or interval <= 0 or \
         (last_turn(model_id, now, interval) - head_checked_at).total_seconds() >= interval / 2
