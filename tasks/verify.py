@@ -16,7 +16,7 @@ from prefect.runtime import flow_run
 from weightkeeper.tasks.download import reuse_into
 from weightkeeper.tasks.report import model_phase
 from weightkeeper.config import Settings
-from weightkeeper.download import RemoteFile, Snapshot, in_place, present_bytes
+from weightkeeper.download import RemoteFile, Snapshot, in_place
 from weightkeeper.anchored import Dir, PathOpener, open_parent, open_path
 from weightkeeper.errors import (DeadlineExceeded, DownloadCancelled, DownloadError, LinkInTheWayError, NotFoundError,
                                  NotOursError, UnsafePathError)
@@ -33,8 +33,7 @@ from weightkeeper.runtime import fetch_in_slot
 from weightkeeper.context import current
 from weightkeeper.sharing import discard, mark_ready, unmark_ready
 from weightkeeper.sources import fetch_model_files
-from weightkeeper.planning import bytes_to_fetch, space_problem
-from weightkeeper.space import free_space
+from weightkeeper.space import shortfall
 from weightkeeper.verify import Listed, Problem, check_sizes, hash_due, verify_copy
 
 
@@ -121,15 +120,6 @@ class Waits(DownloadError):
     of where its files come from, but every user's concern; the next pass tries again."""
 
 
-def _check_room(root: Dir, files: tuple[RemoteFile, ...], margin: int) -> None:
-    """`space.check_free_space` for a copy under repair, naming no model (a shared copy has many)."""
-    mount, free = free_space(root)
-    needed = bytes_to_fetch((f.size, present_bytes(root, f)) for f in files)
-    if problem := space_problem(needed, free, margin, mount):
-        raise Waits(f"no space to fetch its files again: it {problem}; free space on the volume (or lower "
-                    "free_space_margin_bytes)")
-
-
 Beat = Callable[..., None]  # beat(done=None, message=None, force=False), as `tasks.download.Reporter.beat`
 
 
@@ -157,7 +147,9 @@ def _refetch(settings: Settings, registry: Registry, snapshot: Snapshot, root: D
     if missing and reuse_into(settings, registry, model, snapshot, root, missing, workspace, cluster) and all(
             in_place(root, f) for f in snapshot.files):
         return
-    _check_room(root, snapshot.files, settings.free_space_margin_bytes)
+    if problem := shortfall(root, snapshot.files, settings.free_space_margin_bytes):  # a shared copy names no model
+        raise Waits(f"no space to fetch its files again: it {problem}; free space on the volume (or lower "
+                    "free_space_margin_bytes)")
     repairing = f"repairing {root}"
     budget = hub_budget(settings, registry, lambda seconds: beat(
         message=repairing if seconds is None else budget_message(seconds), force=True))

@@ -1108,8 +1108,8 @@ MUTATIONS = {
         '            p.updated_at = utcnow()',
         'tests/test_reconcile.py::test_a_repair_fetches_only_what_fits_from_the_hub_budget_and_a_failed_repair_is_repaired_next_pass'),
     'repair-free-space': (
-        'tasks/verify.py', '    _check_room(root, snapshot.files, settings.free_space_margin_bytes)\n',
-        '',
+        'tasks/verify.py', '    if problem := shortfall(root, snapshot.files, settings.free_space_margin_bytes):',
+        '    if False:',
         'tests/test_reconcile.py::test_a_repair_fetches_only_what_fits_from_the_hub_budget_and_a_failed_repair_is_repaired_next_pass'),
     'repair-hub-budget': (
         'tasks/verify.py', '                          deadline, budget)',
@@ -1220,7 +1220,7 @@ MUTATIONS = {
         "weightkeeper/serve.py", "                server.should_exit = True",
         "                pass", "tests/test_serve.py::test_serve_exits_with_an_error_when_a_worker_dies_under_the_api"),
     "start-workers-stops-started-on-interrupt": (
-        "weightkeeper/serve.py", "        stop_workers(workers)\n        raise",
+        "weightkeeper/serve.py", "        stop(*workers)\n        raise",
         "        raise", "tests/test_serve.py::test_workers_already_started_are_stopped_when_serve_is_interrupted_starting_the_next"),
     "s3-headers-in-time": (
         "weightkeeper/s3.py", "session._pool_classes_by_scheme.update(http=_HTTPPool, https=_HTTPSPool)",
@@ -1456,6 +1456,45 @@ MUTATIONS = {
     "verify-swapped-entry-one-problem": (
         "weightkeeper/verify.py", "        if e.errno in (errno.EISDIR, errno.ENXIO):\n",
         "        if False:\n", "tests/test_attacks.py::test_a_file_swapped_after_its_stat_is_a_problem_of_the_copy_never_an_error"),
+    "coming-switch-ignores-patterns": (
+        "weightkeeper/registry/updates.py", "cluster, posixpath.basename(path)) for repo_id",
+        "cluster, posixpath.basename(path).split(\".\")[0]) for repo_id", "tests/test_tracking_attacks.py::test_two_switches_that_each_fit_the_capacity_but_not_together_are_not_both_recorded[other-patterns]"),
+    "job-registry-url-not-from-secret": (
+        "weightkeeper/kubernetes/base-job-template.json", "\"name\": \"WEIGHTKEEPER_REGISTRY_URL\",\n        \"valueFrom\"",
+        "\"name\": \"WEIGHTKEEPER_REGISTRY_URI\",\n        \"valueFrom\"", "tests/test_kube.py::test_rendered_job_runs_as_the_owner_with_the_workspace_volume"),
+    "job-registry-secret-overridable": (
+        "weightkeeper/kubernetes/base-job-template.json", "\"name\": \"{{ workspace.registry_secret }}\"",
+        "\"name\": \"{{ registry_secret }}\"", "tests/test_kube.py::test_a_runs_variables_never_point_its_job_at_another_registry tests/test_kube.py::test_a_run_cannot_override_the_image_command_volumes_or_namespace_of_its_job"),
+    "job-registry-secret-required": (
+        "weightkeeper/kubernetes/base-job-template.json", "\"key\": \"WEIGHTKEEPER_REGISTRY_URL\",\n            \"optional\": true",
+        "\"key\": \"WEIGHTKEEPER_REGISTRY_URL\",\n            \"optional\": false", "tests/test_kube.py::test_rendered_job_runs_as_the_owner_with_the_workspace_volume"),
+    "worker-keeps-registry-url": (
+        "weightkeeper/kube.py", "\"HUGGING_FACE_HUB_TOKEN\",\n                                                                               REGISTRY_ENV)}",
+        "\"HUGGING_FACE_HUB_TOKEN\")}", "tests/test_kube.py::test_jobs_get_no_prefect_setting_or_token_of_the_process_that_starts_the_worker"),
+    "registry-secret-name-unchecked": (
+        "weightkeeper/config.py", "\"prefect_auth_secret\", \"registry_secret\") and value",
+        "\"prefect_auth_secret\") and value", "tests/test_kube.py::test_workspace_kubernetes_config_is_validated"),
+    "registry-url-file-over-env": (
+        "weightkeeper/config.py", "return _Environment(settings_cls), init_settings",
+        "return init_settings, _Environment(settings_cls)", "tests/test_config.py::test_the_registry_url_of_the_environment_overrides_the_files"),
+    "new-registry-unannounced": (
+        "weightkeeper/registry/store.py", "            if made:  # a typo",
+        "            if False:  # a typo", "tests/test_cli.py::test_a_registry_url_naming_no_registry_yet_says_it_made_one"),
+    "update-due-pending-untracked": (
+        "weightkeeper/desired.py", "    if not (track or pending):\n",
+        "    if not track:\n", "tests/test_tracking.py::test_a_switch_left_pending_on_a_model_not_tracked_is_due_at_its_turn_never_at_every_pass tests/test_tracking.py::test_a_switch_left_pending_on_a_model_not_tracked_is_finished_by_a_reconcile_pass"),
+    "update-due-pending-every-pass": (
+        "weightkeeper/desired.py", "    if not (track or pending):\n        return False\n",
+        "    if pending:\n        return True\n    if not track:\n        return False\n", "tests/test_tracking.py::test_a_switch_left_pending_on_a_model_not_tracked_is_due_at_its_turn_never_at_every_pass tests/test_registry.py::test_a_pass_reads_a_tracked_model_exactly_when_its_turn_makes_it_due"),
+    "update-due-sql-pending": (
+        "weightkeeper/registry/updates.py", "    following = or_(ModelRow.track.is_(True), ModelRow.pending_commit.is_not(None))\n",
+        "    following = ModelRow.track.is_(True)\n", "tests/test_registry.py::test_a_pass_reads_a_tracked_model_exactly_when_its_turn_makes_it_due tests/test_tracking.py::test_a_switch_left_pending_on_a_model_not_tracked_is_finished_by_a_reconcile_pass"),
+    "untracked-switch-try-recorded": (
+        "flows/ensure_model.py", "        registry.head_checked(name, None, [], asked=asked)  # tried now, whatever becomes of this run\n",
+        "", "tests/test_tracking.py::test_a_switch_left_pending_that_cannot_finish_is_tried_once_per_interval_not_at_every_pass"),
+    "reconcile-passes-pending": (
+        "flows/reconcile.py", ", pending=model.pending_commit is not None)",
+        ")", "tests/test_tracking.py::test_a_switch_left_pending_on_a_model_not_tracked_is_finished_by_a_reconcile_pass"),
 }
 
 

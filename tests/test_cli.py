@@ -14,6 +14,7 @@ from test_lifecycle import wait_until
 
 
 def cli(wk, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess:
+    wk.registry  # made here, so that no command's output says it made it
     env = {**os.environ, "WEIGHTKEEPER_CONFIG": str(wk.config), "COLUMNS": "200", **env}
     proc = subprocess.run([sys.executable, "-m", "weightkeeper.cli", *args], env=env, capture_output=True,
                           text=True, timeout=300)
@@ -250,3 +251,11 @@ def test_a_bad_phase_names_the_phases_as_typed(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["model", "list", "--phase", "ready"])
     assert "(choose from 'Pending', 'Staging', 'Downloading', 'Ready', 'Failed', 'Deleting')" in capsys.readouterr().err
+
+
+def test_a_registry_url_naming_no_registry_yet_says_it_made_one(wk, tmp_path):
+    """A typo in registry_url gives an empty registry, which lists no model: the command says it made one, once."""
+    url = f"sqlite:///{tmp_path / 'typo' / 'registy.db'}"
+    first = cli(wk, "model", "list", WEIGHTKEEPER_REGISTRY_URL=url)
+    assert f"made a new, empty registry at {tmp_path / 'typo' / 'registy.db'}" in first.stderr
+    assert "made a new" not in cli(wk, "model", "list", WEIGHTKEEPER_REGISTRY_URL=url).stderr

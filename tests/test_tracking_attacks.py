@@ -16,6 +16,7 @@ from test_tracking import B_CHANGES, _split
 from weightkeeper.errors import WeightkeeperError
 from weightkeeper.flows.ensure_model import ensure_model
 from weightkeeper.flows.reconcile import reconcile
+from weightkeeper.layout import copy_name
 from weightkeeper.registry import Registry
 
 
@@ -104,9 +105,11 @@ def test_a_killed_switch_is_rolled_back_before_a_check_drops_its_pending_commit(
     assert wk.registry.get_model(name).phase == "Ready"
 
 
-def test_two_switches_that_each_fit_the_capacity_but_not_together_are_not_both_recorded(wk, hub, monkeypatch):
+@pytest.mark.parametrize("beside", [None, "other-patterns"])
+def test_two_switches_that_each_fit_the_capacity_but_not_together_are_not_both_recorded(wk, hub, monkeypatch, beside):
     """Two tracked models in one workspace move at once: the first switch is recorded but its copy not made yet
-    (its path runs queue in their pool); the second check counts what the first will add, and is held."""
+    (its path runs queue in their pool); the second check counts what the first will add, and is held. A copy of
+    the first one's new commit with other file patterns recorded there (another model's) is not its copy."""
     import weightkeeper.flows.ensure_model as ensure
 
     a_files, b_files = commit_files("A"), commit_files("B", B_CHANGES)
@@ -124,6 +127,10 @@ def test_two_switches_that_each_fit_the_capacity_but_not_together_are_not_both_r
         patched.setattr(ensure, "_switch", lambda name: None)  # recorded, its path runs not started yet
         assert ensure_model("cap-one") == "Ready"
     assert wk.registry.get_model("cap-one").pending_commit == one
+    if beside:
+        volume, cluster = str(wk.volumes["team-a"]), wk.registry.get_model("cap-one").local_paths[0].cluster
+        wk.registry.artifact_for(repos["cap-one"], one, cluster, volume,
+                                 f"{volume}/models/_artifacts/acme--track-cap-one/{copy_name(one, ['*.json'], None)}", [])
 
     assert ensure_model("cap-two") == "Ready"
     model = wk.registry.get_model("cap-two")

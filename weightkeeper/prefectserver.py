@@ -238,17 +238,19 @@ def spawn(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
                                 stdin=subprocess.DEVNULL, start_new_session=True)
 
 
-def stop(proc: subprocess.Popen, deadline: float | None = None) -> None:
-    """SIGTERM to the process group, SIGKILL after 20 s (or at `deadline`, monotonic: one for several processes)."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(20 if deadline is None else max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+def stop(*procs: subprocess.Popen) -> None:
+    """SIGTERM to each process group at once, then SIGKILL to those still running 20 s later (one deadline)."""
+    running = [p for p in procs if p.poll() is None]
+    for proc in running:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    for proc in running:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def start_server(port: int, log: Path, env: dict[str, str], host: str = LOOPBACK) -> subprocess.Popen:

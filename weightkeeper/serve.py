@@ -9,7 +9,6 @@ process's own clients get in their environment or settings, never on a command l
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import signal
@@ -46,20 +45,9 @@ def start_workers(settings: Settings) -> list[subprocess.Popen]:
                                       "--limit", str(settings.worker_run_limit), "--name", f"{pool}-{queue}-worker"],
                                      settings.home / "logs" / f"worker-{pool}-{queue}.log", env))
     except BaseException:
-        stop_workers(workers)
+        stop(*workers)
         raise
     return workers
-
-
-def stop_workers(workers: list[subprocess.Popen]) -> None:
-    """SIGTERM every worker's process group at once, then `stop` each by one deadline (SIGKILL past it): 20 s in all."""
-    for worker in workers:
-        if worker.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(worker.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 20
-    for worker in workers:
-        stop(worker, deadline)
 
 
 def _stop_signal(signum, frame) -> None:
@@ -123,7 +111,7 @@ def serve(settings: Settings, port: int, api_host: str, api_port: int | None, pr
                 raise WeightkeeperError(f"a worker exited; see {logs}")
             _serve_api(create_app(settings), api_host, api_port, workers, logs)
         finally:
-            stop_workers(workers)
+            stop(*workers)
     return 0
 
 

@@ -24,13 +24,17 @@ def free_space(target: Dir | str) -> tuple[str, int]:
     return mount, st.f_bavail * st.f_frsize
 
 
-def check_free_space(name: str, target: Dir | str, files: Iterable[RemoteFile], margin: int) -> None:
-    """Fail fast, before any byte is written, when the missing files do not fit on the volume (`target`: the
-    model's directory, or its path before it is made, when nothing is present yet)."""
+def shortfall(target: Dir | str, files: Iterable[RemoteFile], margin: int) -> str | None:
+    """Why the files still missing in `target` (the directory, or its path before it is made, when nothing is
+    present yet) do not fit on the volume with `margin` to spare; None when they do."""
     needed = bytes_to_fetch((f.size, present_bytes(target, f) if isinstance(target, Dir) else 0) for f in files)
     mount, free = free_space(target)
-    problem = space_problem(needed, free, margin, mount)
-    if problem:
+    return space_problem(needed, free, margin, mount)
+
+
+def check_free_space(name: str, target: Dir | str, files: Iterable[RemoteFile], margin: int) -> None:
+    """Fail fast, before any byte of model `name` is written, when the missing files do not fit (`shortfall`)."""
+    if problem := shortfall(target, files, margin):
         raise DownloadError(f"no space for model {name!r} in {target}: it {problem}; nothing was written. "
                             "Free space on the volume (or lower free_space_margin_bytes), then run "
                             f"`weightkeeper model ensure {name}`", permanent=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -230,6 +231,7 @@ def _view(row: ModelRow, paths: dict[int, Lease] | None = None, staging: Lease |
     )
 
 
+logger = logging.getLogger("weightkeeper.registry")
 _engines: dict[str, Engine] = {}
 _engines_lock = threading.Lock()
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -238,10 +240,12 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 def _engine(url: str) -> Engine:
     with _engines_lock:
         if url not in _engines:
+            made = None
             if url.startswith("sqlite"):
                 db = url.split("///", 1)[-1]
                 if db and db != ":memory:":
                     Path(db).parent.mkdir(parents=True, exist_ok=True)
+                    made = None if Path(db).exists() else db
                 engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
 
                 @event.listens_for(engine, "connect")
@@ -257,6 +261,9 @@ def _engine(url: str) -> Engine:
             else:
                 engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
             _migrate(engine)
+            if made:  # a typo in registry_url would otherwise go unnoticed: an empty registry lists no model
+                logger.warning("weightkeeper: made a new, empty registry at %s; if registry_url should name an "
+                               "existing one, correct it", made)
             _engines[url] = engine
         return _engines[url]
 

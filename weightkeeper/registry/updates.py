@@ -9,13 +9,15 @@ message. The copy switched away from is marked `released_at`, and garbage collec
 
 from __future__ import annotations
 
+import posixpath
 from datetime import datetime, timedelta
 
 from sqlalchemy import and_, or_, select, true
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from weightkeeper.config import Workspace
 from weightkeeper.errors import ConflictError
+from weightkeeper.layout import copy_name
 from weightkeeper.planning import TURNS, changed_bytes, last_turn
 from weightkeeper.registry.common import DELETING, READY, scrub_message, utcnow
 from weightkeeper.registry.leases import Kind
@@ -23,15 +25,17 @@ from weightkeeper.registry.schema import ArtifactRow, LocalPathRow, ModelRow
 
 
 def update_due(now: datetime, interval: float):
-    """The SQL condition of a Ready model whose next commit is due to be asked for (as `desired.update_due` decides
-    for one model): a revision `model update` asked for and not asked yet, or a tracked branch never asked, or whose
-    turn (`planning.last_turn`, one condition per turn) came half an interval or more after it was last asked."""
+    """The SQL condition of a Ready model due for a run that asks for its next commit or finishes a switch (as
+    `desired.update_due` decides for one model): a revision `model update` asked for and not asked yet, or a tracked
+    branch or a pending switch never asked or tried, or whose turn (`planning.last_turn`, one condition per turn)
+    came half an interval or more after it was last asked or tried."""
     half = timedelta(seconds=interval / 2)
     asked = or_(ModelRow.head_checked_at.is_(None), true() if interval <= 0 else or_(*(
         and_(ModelRow.id % TURNS == turn, ModelRow.head_checked_at <= last_turn(turn, now, interval) - half)
         for turn in range(TURNS))))
     requested = and_(ModelRow.next_revision.is_not(None), ModelRow.head_checked_at.is_(None))
-    return and_(ModelRow.phase == READY, or_(requested, and_(ModelRow.track.is_(True), asked)))
+    following = or_(ModelRow.track.is_(True), ModelRow.pending_commit.is_not(None))
+    return and_(ModelRow.phase == READY, or_(requested, and_(following, asked)))
 
 
 def _commits(s: Session, paths: list[LocalPathRow]) -> dict[int, str]:
@@ -71,12 +75,13 @@ class UpdateOps:
         switch to it (it is pending). `held`: why it may not (recorded as the model's message instead). `asked`: the
         revision that was asked; an answer for another than the model's now (`model update` asked for one since) is
         dropped, and that one stays due. With nothing to switch to, paths an unfinished switch left on another
-        commit switch back to the model's (`_switch_back`). `commit` None: no commit came back (`held` says why).
+        commit switch back to the model's (`_switch_back`). `commit` None: no commit came back (`held` says why), or
+        none was asked for (a switch left pending is tried again: only when is recorded).
         Only a `permanent` answer (the revision does not exist, or may not be read) drops the revision asked for
         and the pending commit; after a transient failure both stay as they were (the pending commit is what tells
         a link a killed switch renamed to its copy from someone else's) and nothing switches; asked now, the model is
-        asked again at its next interval (tracked) or its next `model ensure`, not at every pass while the Hub is
-        down."""
+        asked again at its next interval (tracked, or with a switch pending) or its next `model ensure`, not at every
+        pass while the Hub is down."""
         with self._tx() as s:
             row = self._model(s, name)
             if asked is not None and asked != (row.next_revision or row.revision):
@@ -101,12 +106,22 @@ class UpdateOps:
 
     def switches_coming(self, name: str, ws: Workspace) -> int:
         """The bytes other Ready models' pending switches will add in `ws` (their changed files) whose new copy is
-        not recorded yet: a recorded one counts in `storedBytes` already, one not started yet nowhere else."""
+        not recorded yet: a recorded one counts in `storedBytes` already, one not started yet nowhere else. Their
+        copy is the one of their repository, cluster and `copy_name` (a copy of the commit with other file patterns
+        is another model's)."""
         with self._tx() as s:
-            others = s.scalars(select(ModelRow).where(ModelRow.name != name, ModelRow.phase == READY,
-                                                      ModelRow.pending_commit.is_not(None)))
-            return sum(changed_bytes(other.files or [], other.pending_files or []) for other in others
-                       if _coming(s, other, ws))
+            others = s.scalars(select(ModelRow).options(selectinload(ModelRow.paths)).where(
+                ModelRow.name != name, ModelRow.phase == READY, ModelRow.pending_commit.is_not(None),
+                ModelRow.pending_commit != ModelRow.commit)).all()
+            there = {o.id: p.cluster for o in others
+                     if (p := next((p for p in o.paths if not p.retired and p.workspace == ws.name), None))}
+            made = {(repo_id, cluster, posixpath.basename(path)) for repo_id, cluster, path in s.execute(
+                select(ArtifactRow.repo_id, ArtifactRow.cluster, ArtifactRow.path).where(
+                    ArtifactRow.volume == ws.volume, ArtifactRow.commit.in_({o.pending_commit for o in others})))
+                    } if there else set()
+            return sum(changed_bytes(o.files or [], o.pending_files or []) for o in others if o.id in there and (
+                o.repo_id, there[o.id], copy_name(o.pending_commit, o.include_patterns, o.exclude_patterns))
+                not in made)
 
     def _strays(self, s: Session, row: ModelRow) -> list[str]:
         """The model's live Ready paths whose link names a copy of another commit than the model's (a switch that
@@ -198,14 +213,6 @@ class UpdateOps:
             row.switched_at = row.updated_at = utcnow()
             row.message = f"switched from {switched[0]} to {switched[1]}"
             return switched
-
-
-def _coming(s: Session, other: ModelRow, ws: Workspace) -> bool:
-    """`other` switches a path in `ws` to a commit whose copy on its volume is not recorded yet."""
-    there = [p for p in other.paths if not p.retired and p.workspace == ws.name]
-    return bool(there) and other.pending_commit != other.commit and s.scalar(select(ArtifactRow.id).where(
-        ArtifactRow.repo_id == other.repo_id, ArtifactRow.commit == other.pending_commit,
-        ArtifactRow.cluster == there[0].cluster, ArtifactRow.volume == ws.volume).limit(1)) is None
 
 
 def _settle_revision(row: ModelRow) -> None:
