@@ -1456,9 +1456,6 @@ MUTATIONS = {
     "verify-swapped-entry-one-problem": (
         "weightkeeper/verify.py", "        if e.errno in (errno.EISDIR, errno.ENXIO):\n",
         "        if False:\n", "tests/test_attacks.py::test_a_file_swapped_after_its_stat_is_a_problem_of_the_copy_never_an_error"),
-    "coming-switch-ignores-patterns": (
-        "weightkeeper/registry/updates.py", "cluster, posixpath.basename(path)) for repo_id",
-        "cluster, posixpath.basename(path).split(\".\")[0]) for repo_id", "tests/test_tracking_attacks.py::test_two_switches_that_each_fit_the_capacity_but_not_together_are_not_both_recorded[other-patterns]"),
     "job-registry-url-not-from-secret": (
         "weightkeeper/kubernetes/base-job-template.json", "\"name\": \"WEIGHTKEEPER_REGISTRY_URL\",\n        \"valueFrom\"",
         "\"name\": \"WEIGHTKEEPER_REGISTRY_URI\",\n        \"valueFrom\"", "tests/test_kube.py::test_rendered_job_runs_as_the_owner_with_the_workspace_volume"),
@@ -1495,6 +1492,19 @@ MUTATIONS = {
     "reconcile-passes-pending": (
         "flows/reconcile.py", ", pending=model.pending_commit is not None)",
         ")", "tests/test_tracking.py::test_a_switch_left_pending_on_a_model_not_tracked_is_finished_by_a_reconcile_pass"),
+    "coming-switch-matches-any-copy-of-the-commit": (
+        "weightkeeper/registry/updates.py", ("ArtifactRow.volume == ws.volume, ArtifactRow.path.in_(wanted)))} if wanted else set()", "if o.id in goes and not goes[o.id] & made)"),
+        ("ArtifactRow.volume == ws.volume, ArtifactRow.repo_id.in_({o.repo_id for o in others})))} if wanted else set()", "if o.id in goes and not {p.rsplit('/', 1)[1].split('.')[0] for _, p in goes[o.id]} & {p.rsplit('/', 1)[1].split('.')[0] for _, p in made})"),
+        "tests/test_tracking_attacks.py::test_two_switches_that_each_fit_the_capacity_but_not_together_are_not_both_recorded"),
+    "registry-url-unescaped-at-shown": (
+        "weightkeeper/registry/store.py", "    if _ats(url) > 1:  # the parser",
+        "    if False:  # the parser", "tests/test_cli.py::test_bad_input_gets_one_line_errors"),
+    "job-makes-a-sqlite-registry": (
+        "weightkeeper/config.py", "        if os.environ.get(JOB_MARK) and self.registry_url.startswith(\"sqlite\"):",
+        "        if False:", "tests/test_config.py::test_a_workspace_job_without_the_registry_secret_names_it"),
+    "new-registry-notice-reads-the-query": (
+        "weightkeeper/registry/store.py", "                db = make_url(url).database",
+        "                db = url.split(\"///\", 1)[-1]", "tests/test_cli.py::test_a_registry_url_naming_no_registry_yet_says_it_made_one"),
 }
 
 

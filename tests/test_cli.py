@@ -97,6 +97,8 @@ def test_bad_input_gets_one_line_errors(wk, tmp_path):
                                ("postgresql+psycopg://wk@127.0.0.1:1/x?password=secret", 1,
                                 "the registry at postgresql+psycopg://wk@127.0.0.1:1/x?... cannot be used"),
                                ("postgresql://wk:secret@127.0.0.1:port/x", 2, "registry_url 'postgresql://...': "),
+                               ("postgresql+psycopg://wk:p@secret@127.0.0.1:1/x", 2,
+                                "registry_url 'postgresql+psycopg://...': its user name or password holds an '@'"),
                                ("mysql://wk:secret@127.0.0.1/x", 2,
                                 "registry_url mysql://wk:***@127.0.0.1/x: its database driver is not installed")]:
         bad.write_text(f'registry_url = "{url}"\n')
@@ -255,7 +257,7 @@ def test_a_bad_phase_names_the_phases_as_typed(capsys):
 
 def test_a_registry_url_naming_no_registry_yet_says_it_made_one(wk, tmp_path):
     """A typo in registry_url gives an empty registry, which lists no model: the command says it made one, once."""
-    url = f"sqlite:///{tmp_path / 'typo' / 'registy.db'}"
+    url = f"sqlite:///{tmp_path / 'typo' / 'registy.db'}?timeout=5"
     first = cli(wk, "model", "list", WEIGHTKEEPER_REGISTRY_URL=url)
     assert f"made a new, empty registry at {tmp_path / 'typo' / 'registy.db'}" in first.stderr
     assert "made a new" not in cli(wk, "model", "list", WEIGHTKEEPER_REGISTRY_URL=url).stderr

@@ -74,6 +74,16 @@ def test_the_registry_url_of_the_environment_overrides_the_files(config, monkeyp
     assert load_settings(config).registry_url == "postgresql+psycopg://wk:fromTheSecret@db/wk"
 
 
+def test_a_workspace_job_without_the_registry_secret_names_it(config, monkeypatch):
+    """A job whose namespace lacks the registry Secret (or holds it empty) would make a SQLite registry of its own in
+    the pod and find no model there: its settings are refused, naming the Secret."""
+    monkeypatch.setenv("WEIGHTKEEPER_TOKEN_ENV", "HF_TOKEN")  # set in every job by the pool's template
+    monkeypatch.setenv("WEIGHTKEEPER_REGISTRY_URL", "")
+    assert "registry_secret names, with key WEIGHTKEEPER_REGISTRY_URL" in refused(config, "")
+    monkeypatch.setenv("WEIGHTKEEPER_REGISTRY_URL", "postgresql+psycopg://wk:fromTheSecret@db/wk")
+    assert load_settings(config).registry_url.startswith("postgresql")
+
+
 def test_unknown_keys_are_refused_together(config):
     assert refused(config, "lease_second = 5\nverify_worker = 2") == "unknown keys ['lease_second', 'verify_worker']"
     assert refused(config, '[[workspaces]]\nname = "w"\nvolume = "/w"\nowners = "x"') == \

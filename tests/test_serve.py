@@ -67,6 +67,7 @@ def test_serve_sets_everything_up_and_stops_cleanly(wk):
 
     workspaces = [{**ws, "work_pool": f"serve-{ws['name']}"} for ws in wk._workspaces]
     write_config(wk, workspaces=workspaces, work_pool="serve-control", max_concurrent_downloads=3)
+    wk.registry  # made here: serve's first line is the Prefect API's
     port = free_port()
     serve = subprocess.Popen([sys.executable, "-m", "weightkeeper.cli", "serve", "--api-port", str(port)],
                              env=dict(os.environ, WEIGHTKEEPER_CONFIG=str(wk.config)), stdout=subprocess.PIPE,

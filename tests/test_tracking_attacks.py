@@ -105,11 +105,12 @@ def test_a_killed_switch_is_rolled_back_before_a_check_drops_its_pending_commit(
     assert wk.registry.get_model(name).phase == "Ready"
 
 
-@pytest.mark.parametrize("beside", [None, "other-patterns"])
+@pytest.mark.parametrize("beside", [None, "other-patterns", "other-owner"])
 def test_two_switches_that_each_fit_the_capacity_but_not_together_are_not_both_recorded(wk, hub, monkeypatch, beside):
     """Two tracked models in one workspace move at once: the first switch is recorded but its copy not made yet
     (its path runs queue in their pool); the second check counts what the first will add, and is held. A copy of
-    the first one's new commit with other file patterns recorded there (another model's) is not its copy."""
+    the first one's new commit recorded there with other file patterns, or on another owner's shelf (another
+    model's), is not its copy."""
     import weightkeeper.flows.ensure_model as ensure
 
     a_files, b_files = commit_files("A"), commit_files("B", B_CHANGES)
@@ -127,10 +128,12 @@ def test_two_switches_that_each_fit_the_capacity_but_not_together_are_not_both_r
         patched.setattr(ensure, "_switch", lambda name: None)  # recorded, its path runs not started yet
         assert ensure_model("cap-one") == "Ready"
     assert wk.registry.get_model("cap-one").pending_commit == one
-    if beside:
+    if beside:  # another model's copy of that commit: its own patterns, or its owner's shelf
         volume, cluster = str(wk.volumes["team-a"]), wk.registry.get_model("cap-one").local_paths[0].cluster
+        shelf, copy = ("_artifacts", copy_name(one, ["*.json"], None)) if beside == "other-patterns" else \
+            ("_artifacts.4242", one)
         wk.registry.artifact_for(repos["cap-one"], one, cluster, volume,
-                                 f"{volume}/models/_artifacts/acme--track-cap-one/{copy_name(one, ['*.json'], None)}", [])
+                                 f"{volume}/models/{shelf}/acme--track-cap-one/{copy}", [])
 
     assert ensure_model("cap-two") == "Ready"
     model = wk.registry.get_model("cap-two")

@@ -462,8 +462,9 @@ def main(argv: list[str] | None = None) -> int:
         return _error(str(e), 1)
     except DBAPIError as e:  # the statement and its values are not shown
         why = (str(e.orig).strip().splitlines() or [type(e.orig).__name__])[0]
-        where = args.config or "$WEIGHTKEEPER_CONFIG"
-        return _error(f"the registry failed: {why}; retry, or check registry_url in {where}", 1)
+        where = "$WEIGHTKEEPER_REGISTRY_URL" if os.environ.get("WEIGHTKEEPER_REGISTRY_URL") else \
+            f"registry_url in {args.config or '$WEIGHTKEEPER_CONFIG'}"
+        return _error(f"the registry failed: {why}; retry, or check {where}", 1)
     except BrokenPipeError as e:
         if not _reader_left():  # a socket's (the registry's, Prefect's): an error like any other
             return _error(str(e), 1)

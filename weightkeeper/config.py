@@ -81,7 +81,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDic
 
 from weightkeeper.errors import ConfigError
 from weightkeeper.guard import VolumeRule
-from weightkeeper.kube import KubernetesTarget
+from weightkeeper.kube import JOB_MARK, REGISTRY_ENV, KubernetesTarget
 from weightkeeper.layout import BUCKET, MODEL_NAME, SEGMENT
 
 DOWNLOAD_LIMIT_NAME = "weightkeeper-downloads"
@@ -355,6 +355,10 @@ class Settings(BaseSettings):
             if w.kubernetes and mixed:
                 raise ValueError(f"work pool {w.work_pool!r} of Kubernetes workspace {w.name!r} is also used by "
                                  f"{mixed}; a Kubernetes pool serves workspaces of one cluster only")
+        if os.environ.get(JOB_MARK) and self.registry_url.startswith("sqlite"):
+            raise ValueError("registry_url names a SQLite file, which a Kubernetes workspace job would make anew in "
+                             "its pod: create the Secret that its workspace's registry_secret names, with key "
+                             f"{REGISTRY_ENV} holding the shared PostgreSQL's URL")
         roots = sorted(w.volume for w in workspaces if w.volume)
         for outer, inner in zip(roots, roots[1:]):
             if inner.startswith(outer + "/"):

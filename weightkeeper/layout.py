@@ -229,6 +229,13 @@ def artifact_path(volume: str, repo_id: str, copy: str, models_dir: str = "model
     return posixpath.join(models_root(volume, models_dir), artifacts, repo_dir_name(repo_id), copy)
 
 
+def copy_paths(volume: str, repo_id: str, copy: str, models_dir: str, owner_uid: int | None) -> set[str]:
+    """Where a model's copy `copy` may be on a volume: on the service's shelf, and for a model whose jobs run as its
+    owner (`owner_uid`: a Kubernetes workspace's) on that owner's (`artifact_path`)."""
+    makers = (None, owner_uid) if owner_uid is not None and 0 < owner_uid < 2**32 - 1 else (None,)
+    return {artifact_path(volume, repo_id, copy, models_dir, maker) for maker in makers}
+
+
 def sharing_problem(path: str, volume: str, models_dir: str = "models") -> str | None:
     """Why `path` cannot link to a shared copy (None when it can): it must sit inside the models root."""
     root = models_root(volume, models_dir)

@@ -75,7 +75,8 @@ class ModelRow(Base):
     next_revision: Mapped[str | None] = mapped_column(String(255))  # `model update --revision`: switch to it once
     pending_commit: Mapped[str | None] = mapped_column(String(40))  # the commit being downloaded to switch to
     pending_files: Mapped[list | None] = mapped_column(JSON)
-    head_checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # last ask of the head
+    # the last ask of the head, or try of a switch left pending
+    head_checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     switched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # the last switch of commit
     request_key: Mapped[str | None] = mapped_column(String(64))  # digest of the API request that declared it
 

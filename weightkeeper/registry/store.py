@@ -242,7 +242,7 @@ def _engine(url: str) -> Engine:
         if url not in _engines:
             made = None
             if url.startswith("sqlite"):
-                db = url.split("///", 1)[-1]
+                db = make_url(url).database
                 if db and db != ":memory:":
                     Path(db).parent.mkdir(parents=True, exist_ok=True)
                     made = None if Path(db).exists() else db
@@ -301,6 +301,8 @@ def open_registry(url: str) -> Registry:
     """The registry at `url`, migrated to the current schema; `ConfigError` naming it (its password hidden) when
     that URL names no database SQLAlchemy knows, `UnavailableError` when the database answers with an error (it
     cannot be reached, refuses the login, is locked or read-only, ...)."""
+    if _ats(url) > 1:  # the parser would take what follows the first '@' of a password for the host, and show it
+        raise ConfigError(f"registry_url {_shown(url)}: its user name or password holds an '@'; write it as %40")
     try:
         return Registry(_engine(url))
     except (ArgumentError, ValueError) as e:
@@ -318,9 +320,16 @@ def _shown(url: str) -> str:
     that does not parse."""
     try:
         parsed = make_url(url)
+        if _ats(url) > 1:
+            raise ValueError("a password's '@' is not escaped")
     except (ArgumentError, ValueError):
         return repr(url.partition("://")[0] + "://..." if "://" in url else "...")
     return parsed.set(query={}).render_as_string(hide_password=True) + ("?..." if parsed.query else "")
+
+
+def _ats(url: str) -> int:
+    """How many '@' the URL's authority (between '://' and the path) holds: more than one is a password's unescaped."""
+    return url.partition("://")[2].partition("/")[0].count("@")
 
 
 _PATH_LOCK = 7_243_001  # advisory lock key for decisions that read other models' paths

@@ -9,7 +9,6 @@ message. The copy switched away from is marked `released_at`, and garbage collec
 
 from __future__ import annotations
 
-import posixpath
 from datetime import datetime, timedelta
 
 from sqlalchemy import and_, or_, select, true
@@ -17,7 +16,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from weightkeeper.config import Workspace
 from weightkeeper.errors import ConflictError
-from weightkeeper.layout import copy_name
+from weightkeeper.layout import copy_name, copy_paths
 from weightkeeper.planning import TURNS, changed_bytes, last_turn
 from weightkeeper.registry.common import DELETING, READY, scrub_message, utcnow
 from weightkeeper.registry.leases import Kind
@@ -107,21 +106,24 @@ class UpdateOps:
     def switches_coming(self, name: str, ws: Workspace) -> int:
         """The bytes other Ready models' pending switches will add in `ws` (their changed files) whose new copy is
         not recorded yet: a recorded one counts in `storedBytes` already, one not started yet nowhere else. Their
-        copy is the one of their repository, cluster and `copy_name` (a copy of the commit with other file patterns
-        is another model's)."""
+        copy is recorded when a copy stands where theirs goes (`layout.copy_paths`): a copy of the commit with other
+        file patterns, or on another owner's shelf, is another model's."""
         with self._tx() as s:
             others = s.scalars(select(ModelRow).options(selectinload(ModelRow.paths)).where(
                 ModelRow.name != name, ModelRow.phase == READY, ModelRow.pending_commit.is_not(None),
                 ModelRow.pending_commit != ModelRow.commit)).all()
-            there = {o.id: p.cluster for o in others
-                     if (p := next((p for p in o.paths if not p.retired and p.workspace == ws.name), None))}
-            made = {(repo_id, cluster, posixpath.basename(path)) for repo_id, cluster, path in s.execute(
-                select(ArtifactRow.repo_id, ArtifactRow.cluster, ArtifactRow.path).where(
-                    ArtifactRow.volume == ws.volume, ArtifactRow.commit.in_({o.pending_commit for o in others})))
-                    } if there else set()
-            return sum(changed_bytes(o.files or [], o.pending_files or []) for o in others if o.id in there and (
-                o.repo_id, there[o.id], copy_name(o.pending_commit, o.include_patterns, o.exclude_patterns))
-                not in made)
+            goes: dict[int, set[tuple[str, str]]] = {}  # a model with a path in ws: (cluster, path) of its new copy
+            for o in others:
+                if p := next((p for p in o.paths if not p.retired and p.workspace == ws.name), None):
+                    copy = copy_name(o.pending_commit, o.include_patterns, o.exclude_patterns)
+                    uid = o.owner_uid if ws.kubernetes is not None else None
+                    goes[o.id] = {(p.cluster, path) for path in copy_paths(ws.volume, o.repo_id, copy, ws.models_dir,
+                                                                           uid)}
+            wanted = {path for places in goes.values() for _, path in places}
+            made = {(cluster, path) for cluster, path in s.execute(select(ArtifactRow.cluster, ArtifactRow.path).where(
+                ArtifactRow.volume == ws.volume, ArtifactRow.path.in_(wanted)))} if wanted else set()
+            return sum(changed_bytes(o.files or [], o.pending_files or []) for o in others
+                       if o.id in goes and not goes[o.id] & made)
 
     def _strays(self, s: Session, row: ModelRow) -> list[str]:
         """The model's live Ready paths whose link names a copy of another commit than the model's (a switch that
