@@ -317,13 +317,14 @@ def open_registry(url: str) -> Registry:
 
 def _shown(url: str) -> str:
     """`url` as a message may show it: its password and query (which may carry one) hidden; only the scheme of a URL
-    that does not parse."""
+    that does not parse, or whose password holds an unescaped '@'."""
+    scheme = repr(url.partition("://")[0] + "://..." if "://" in url else "...")
+    if _ats(url) > 1:
+        return scheme
     try:
         parsed = make_url(url)
-        if _ats(url) > 1:
-            raise ValueError("a password's '@' is not escaped")
     except (ArgumentError, ValueError):
-        return repr(url.partition("://")[0] + "://..." if "://" in url else "...")
+        return scheme
     return parsed.set(query={}).render_as_string(hide_password=True) + ("?..." if parsed.query else "")
 
 
