@@ -225,12 +225,12 @@ MUTATIONS = {
                                   "tests/test_tenancy.py::test_over_long_or_control_input_answers_422_and_writes_nothing"),
     "revision-unbounded": ("weightkeeper/layout.py", "len(revision) > 255 or not revision.isprintable() or ", "",
                            "tests/test_tenancy.py::test_over_long_or_control_input_answers_422_and_writes_nothing"),
-    "prefect-auth-beyond-loopback": ("weightkeeper/prefectserver.py",
-                                     "return always or bool(os.environ.get(AUTH_ENV)) or not is_loopback(host)",
-                                     "return always or bool(os.environ.get(AUTH_ENV))",
-                                     "tests/test_prefectserver.py::test_the_server_requires_the_credential_whenever_it_"
-                                     "listens_beyond_loopback tests/test_serve.py::test_the_prefect_server_serve_"
-                                     "starts_beyond_loopback_answers_only_to_its_credential"),
+    "prefect-auth-beyond-loopback-only": (
+        "weightkeeper/prefectserver.py",
+        "    credential = env[SERVER_AUTH_ENV] = prefect_credential(home)  # on loopback too: other users may reach it\n",
+        "    env.pop(SERVER_AUTH_ENV, None)\n    credential = None if is_loopback(host) else prefect_credential(home)\n"
+        "    if credential:\n        env[SERVER_AUTH_ENV] = credential\n",
+        "tests/test_prefectserver.py::test_the_server_stops_when_the_process_that_started_it_is_killed"),
     "prefect-bind-guard": ("weightkeeper/prefectserver.py",
                            "if not is_loopback(host) and not env.get(SERVER_AUTH_ENV):", "if False:",
                            "tests/test_prefectserver.py::test_the_server_is_never_started_beyond_loopback_without_a_"
@@ -1475,7 +1475,7 @@ MUTATIONS = {
         "weightkeeper/config.py", "return _Environment(settings_cls), init_settings",
         "return init_settings, _Environment(settings_cls)", "tests/test_config.py::test_the_registry_url_of_the_environment_overrides_the_files"),
     "new-registry-unannounced": (
-        "weightkeeper/registry/store.py", "            if made:  # a typo",
+        "weightkeeper/registry/store.py", "            if made and announce_new:  # a typo",
         "            if False:  # a typo", "tests/test_cli.py::test_a_registry_url_naming_no_registry_yet_says_it_made_one"),
     "update-due-pending-untracked": (
         "weightkeeper/desired.py", "    if not (track or pending):\n",
@@ -1505,6 +1505,9 @@ MUTATIONS = {
     "new-registry-notice-reads-the-query": (
         "weightkeeper/registry/store.py", "                db = make_url(url).database",
         "                db = url.split(\"///\", 1)[-1]", "tests/test_cli.py::test_a_registry_url_naming_no_registry_yet_says_it_made_one"),
+    "new-registry-notice-for-the-default-too": (
+        "weightkeeper/registry/store.py", "            if made and announce_new:",
+        "            if made:", "tests/test_prefectserver.py::test_the_demo_starts_its_own_prefect_server_runs_the_lifecycle_and_stops_it"),
 }
 
 

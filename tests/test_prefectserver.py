@@ -35,7 +35,6 @@ from weightkeeper.prefectserver import (
     free_port,
     healthy,
     is_loopback,
-    needs_auth,
     prefect_api,
     prefect_credential,
     queue_sqlite_writes,
@@ -161,6 +160,8 @@ def test_the_demo_starts_its_own_prefect_server_runs_the_lifecycle_and_stops_it(
     out = demo.stdout + demo.stderr
     assert demo.returncode == 0, out
     assert "demo complete" in out and "registry: 0 model(s) left" in out
+    assert "1. declare model demo" in out and "[bold]" not in out  # the console shows no markup: the demo's neither
+    assert "made a new, empty registry" not in out  # its registry is the default under its home: new by design
     assert "Error logging to API" not in out  # run logs were sent before the server stopped
     assert len(list(tmp_path.glob("weightkeeper-demo-*/prefect/prefect.db"))) == 1  # a server of its own, in its home
     assert not (tmp_path / "prefect-home" / "prefect.db").exists()
@@ -231,6 +232,13 @@ def test_the_server_stops_when_the_process_that_started_it_is_killed(tmp_path):
         try:
             seen = json.loads(starter.stdout.readline())
             assert healthy(seen["url"])
+            # another user of the host reaches the loopback port: without the home's credential, no Secret block
+            credential = (tmp_path / "home" / "prefect-auth").read_text()
+            for auth in (None, ("weightkeeper", "guess")):
+                assert httpx.post(f"{seen['url']}/block_documents/filter", json={}, auth=auth, timeout=10
+                                  ).status_code == 401
+            assert httpx.post(f"{seen['url']}/block_documents/filter", json={}, auth=tuple(credential.split(":", 1)),
+                              timeout=10).status_code == 200
             assert seen["api"] == seen["url"] and seen["flows"] == ["made-in-home"]
             assert seen["child"][:2] == [seen["url"], "false"]
             running = processes_naming(str(tmp_path))
@@ -288,15 +296,12 @@ def test_a_prefect_api_url_that_does_not_answer_is_reported(tmp_path):
                 pass
 
 
-def test_the_server_requires_the_credential_whenever_it_listens_beyond_loopback(monkeypatch):
-    monkeypatch.delenv("PREFECT_API_AUTH_STRING", raising=False)
+def test_loopback_is_told_from_every_address_others_may_reach():
     for host in ("127.0.0.1", "127.8.0.1", "::1", "localhost"):
-        assert is_loopback(host) and not needs_auth(host) and needs_auth(host, always=True)
+        assert is_loopback(host)
     for host in ("0.0.0.0", "::", "", "192.0.2.2", "fd00::2", "::ffff:127.0.0.1", "prefect.example",
                  "127.0.0.1.nip.io"):
-        assert not is_loopback(host) and needs_auth(host)
-    monkeypatch.setenv("PREFECT_API_AUTH_STRING", "ops:chosen")  # the operator set one: it is required
-    assert needs_auth("127.0.0.1")
+        assert not is_loopback(host)
 
 
 def test_the_server_is_never_started_beyond_loopback_without_a_credential(tmp_path):

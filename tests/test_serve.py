@@ -109,7 +109,7 @@ def test_the_prefect_server_serve_starts_beyond_loopback_answers_only_to_its_cre
     delete-model answer 401. The workers and serve's own clients have it: a model still gets Ready through the
     REST API. The credential is in a 0600 file, and in no log and no command line. The UI, served on that host
     and port (not Prefect's default 4200), calls its API there. Without a non-loopback address here, serve runs
-    on loopback with --prefect-auth (`needs_auth` is tested in test_prefectserver)."""
+    on loopback, where it requires the credential too."""
     host = non_loopback_address()
     write_config(wk, workspaces=[{**wk._workspaces[0], "work_pool": "auth-team-a"}], work_pool="auth-control",
                  hf_endpoint=hub.url)
@@ -121,7 +121,7 @@ def test_the_prefect_server_serve_starts_beyond_loopback_answers_only_to_its_cre
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "PREFECT_API_AUTH_STRING")}
     env.update(WEIGHTKEEPER_CONFIG=str(wk.config), PREFECT_HOME=str(tmp_path / "prefect-home"),
                PREFECT_WORKER_QUERY_SECONDS="1")
-    where = ["--prefect-host", host] if host else ["--prefect-auth"]
+    where = ["--prefect-host", host] if host else []
     with open(tmp_path / "serve.out", "w") as out:
         serve = subprocess.Popen([sys.executable, "-m", "weightkeeper.cli", "serve", "--prefect-port",
                                   str(prefect_port), "--api-port", str(api_port), *where], env=env, stdout=out,
@@ -171,12 +171,12 @@ def test_the_prefect_server_serve_starts_beyond_loopback_answers_only_to_its_cre
 
 
 def test_prefect_server_options_are_refused_when_prefect_api_url_names_the_server(wk):
-    """With PREFECT_API_URL the server is the operator's: serve cannot make it listen elsewhere or require a
-    credential, and says so instead of pretending."""
-    for option in (["--prefect-host", "0.0.0.0"], ["--prefect-auth"]):
-        refused = subprocess.run([sys.executable, "-m", "weightkeeper.cli", "serve", *option], capture_output=True,
-                                 text=True, env=dict(os.environ, WEIGHTKEEPER_CONFIG=str(wk.config)), timeout=120)
-        assert refused.returncode == 2 and "PREFECT_API_URL names one" in refused.stderr, refused.stderr
+    """With PREFECT_API_URL the server is the operator's: serve cannot make it listen elsewhere, and says so instead
+    of pretending."""
+    refused = subprocess.run([sys.executable, "-m", "weightkeeper.cli", "serve", "--prefect-host", "0.0.0.0"],
+                             capture_output=True, text=True, env=dict(os.environ, WEIGHTKEEPER_CONFIG=str(wk.config)),
+                             timeout=120)
+    assert refused.returncode == 2 and "PREFECT_API_URL names one" in refused.stderr, refused.stderr
 
 
 def test_a_worker_exits_with_the_serve_that_started_it_even_when_that_is_killed(tmp_path):

@@ -306,7 +306,7 @@ def cmd_serve(args, settings: Settings) -> int:
     from weightkeeper.serve import serve
 
     return serve(settings, args.prefect_port, args.api_host, None if args.no_api else args.api_port,
-                 args.prefect_host, args.prefect_auth)
+                 args.prefect_host)
 
 
 def cmd_worker_manifests(args, settings: Settings) -> int:
@@ -399,9 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="serve every deployment, their work pools' workers and the REST API")
     p.add_argument("--prefect-port", type=int, default=4200, help="port of the Prefect server started when "
                    "PREFECT_API_URL is not set (default 4200)")
-    p.add_argument("--prefect-host", help="address that Prefect server listens on (default 127.0.0.1); beyond "
-                   "loopback it requires the credential in $WEIGHTKEEPER_HOME/prefect-auth or $PREFECT_API_AUTH_STRING")
-    p.add_argument("--prefect-auth", action="store_true", help="require that credential on loopback too")
+    p.add_argument("--prefect-host", help="address that Prefect server listens on (default 127.0.0.1); it requires "
+                   "the credential in $WEIGHTKEEPER_HOME/prefect-auth or $PREFECT_API_AUTH_STRING")
     p.add_argument("--api-host", default="127.0.0.1")
     p.add_argument("--api-port", type=int, default=8470)
     p.add_argument("--no-api", action="store_true", help="serve the deployments only")

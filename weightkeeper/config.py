@@ -366,6 +366,11 @@ class Settings(BaseSettings):
         return self
 
     @property
+    def registry_named(self) -> bool:
+        """`registry_url` was given (in the file or the environment), not the default under home."""
+        return "registry_url" in self.model_fields_set
+
+    @property
     def config_path(self) -> Path | None:
         """The file these settings were read from (None: there was none)."""
         return self._config_path

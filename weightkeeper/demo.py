@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 import httpx
+from rich.text import Text
 
 from weightkeeper.cli import paths_table, console, follow
 from weightkeeper.config import load_settings
@@ -49,6 +50,11 @@ def _write_config(scratch: Path, endpoint: str | None) -> Path:
     return path
 
 
+def _step(title: str, rest: str) -> Text:
+    """A step's line: its title in bold (the console prints no markup: sources and paths are shown as they are)."""
+    return Text.assemble((title, "bold"), rest)
+
+
 def run_demo(source: str | None = None, offline: bool = False) -> int:
     from weightkeeper.flows.delete_model import delete_model
     from weightkeeper.flows.ensure_model import ensure_model
@@ -66,12 +72,12 @@ def run_demo(source: str | None = None, offline: bool = False) -> int:
     source = source or ONLINE_SOURCE
     try:
         settings, registry = use(load_settings(_write_config(scratch, server.url if server else None)))
-        console.print(f"[bold]1. declare[/] model demo from {source} into every public workspace")
+        console.print(_step("1. declare", f" model demo from {source} into every public workspace"))
         declare_model(settings, registry, name="demo", source=source, owner_name=getpass.getuser(),
                       owner_uid=os.getuid())
         with prefect_api(settings.home) as api:
-            console.print(f"[bold]2. ensure-model[/] (a Prefect flow; its runs show in the Prefect UI at "
-                          f"{api.removesuffix('/api')})")
+            console.print(_step("2. ensure-model", f" (a Prefect flow; its runs show in the Prefect UI at "
+                                                   f"{api.removesuffix('/api')})"))
             model, failure = follow(registry, "demo", lambda: run_here(ensure_model, "demo"))
             console.print(paths_table(model))
             if failure is not None or model.phase != "Ready":
@@ -81,7 +87,7 @@ def run_demo(source: str | None = None, offline: bool = False) -> int:
                 files = sorted(str(f.relative_to(p.path)) for f in Path(p.path).rglob("*")
                                if f.is_file() and ".cache" not in f.parts)
                 console.print(f"   {p.path}: {p.size_bytes} bytes in {', '.join(files)}")
-            console.print("[bold]3. delete-model[/]: stop downloads, clean each path, release")
+            console.print(_step("3. delete-model", ": stop downloads, clean each path, release"))
             _, failure = follow(registry, "demo", lambda: run_here(delete_model, "demo"))
             if failure is not None:
                 console.print(f"   delete-model stopped: {failure}", markup=False)

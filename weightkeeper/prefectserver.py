@@ -18,9 +18,9 @@ share nothing, and points every Prefect client of the process, in any thread, an
 starts, at it, with Prefect's temporary server disabled.
 
 Authentication: Prefect's basic auth (`PREFECT_SERVER_API_AUTH_STRING` on the server, `PREFECT_API_AUTH_STRING`
-in clients). `prefect_api` turns it on whenever the server listens beyond loopback (and on request), with the
-credential of `prefect_credential`, passed to processes in their environment only; `start_server` refuses to
-listen beyond loopback without it.
+in clients). The server `prefect_api` starts always requires it, on loopback too (whoever reaches the port reads
+every Secret block), with the credential of `prefect_credential`, passed to processes in their environment only;
+`start_server` refuses to listen beyond loopback without it.
 """
 
 from __future__ import annotations
@@ -159,12 +159,6 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def needs_auth(host: str, always: bool = False) -> bool:
-    """Whether the Prefect server started here requires the credential: beyond loopback always, on loopback when
-    asked to (`always`) or when the operator set `PREFECT_API_AUTH_STRING`."""
-    return always or bool(os.environ.get(AUTH_ENV)) or not is_loopback(host)
-
-
 def prefect_credential(home: Path) -> str:
     """The credential (`user:password`) of the Prefect server started here: `PREFECT_API_AUTH_STRING` if the
     operator set it, else `home/prefect-auth`, generated once (random, mode 0600). Never printed or logged."""
@@ -274,12 +268,12 @@ def start_server(port: int, log: Path, env: dict[str, str], host: str = LOOPBACK
 
 
 @contextlib.contextmanager
-def prefect_api(home: Path, port: int | None = None, host: str = LOOPBACK, always_auth: bool = False) -> Iterator[str]:
+def prefect_api(home: Path, port: int | None = None, host: str = LOOPBACK) -> Iterator[str]:
     """The Prefect API URL, in effect for this context (`clients_use`): `PREFECT_API_URL` if set, else a server
     started here (on `host`:`port`, or a free loopback port; its Prefect home `home/prefect`, its log
     `home/logs/prefect-server.log`) and stopped at exit, or when this process dies. It replaces Prefect's
     temporary server, which would run Prefect's stock SQLite transactions in `~/.prefect`, shared by every home.
-    The server requires `prefect_credential` when `needs_auth`; clients in this context send it."""
+    The server requires `prefect_credential`; clients in this context send it."""
     from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, PREFECT_PROFILES_PATH
 
     if url := PREFECT_API_URL.value():
@@ -300,10 +294,7 @@ def prefect_api(home: Path, port: int | None = None, host: str = LOOPBACK, alway
     env = dict(os.environ, **{PARENT_ENV: str(os.getpid())}, PREFECT_HOME=str(home / PREFECT_DIR),
                PREFECT_PROFILES_PATH=str(PREFECT_PROFILES_PATH.value()))  # the operator's profile still applies
     env.setdefault("PREFECT_UI_API_URL", "/api")  # the UI asks the server that serves it, whatever its address
-    env.pop(SERVER_AUTH_ENV, None)  # the server requires exactly what `needs_auth` decides
-    credential = prefect_credential(home) if needs_auth(host, always_auth) else None
-    if credential:
-        env[SERVER_AUTH_ENV] = credential
+    credential = env[SERVER_AUTH_ENV] = prefect_credential(home)  # on loopback too: other users may reach it
     server = start_server(port, home / "logs" / "prefect-server.log", env, host)
     stop_server = functools.partial(stop, server)
     atexit.register(stop_server)  # also when an interrupt abandons a thread that is still inside this context

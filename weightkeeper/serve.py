@@ -3,8 +3,7 @@ the API, on one host: a Prefect server (`weightkeeper.prefectserver`, unless `PR
 the download limit, the work pools, every deployment, a run-limited process worker per work queue, and the
 REST API.
 
-The Prefect server holds Secret blocks and starts any deployment: beyond loopback (and with `prefect_auth`)
-it requires the credential of `weightkeeper.prefectserver.prefect_credential`, which the workers and this
+The Prefect server holds Secret blocks and starts any deployment: on loopback too, it requires the credential of `weightkeeper.prefectserver.prefect_credential`, which the workers and this
 process's own clients get in their environment or settings, never on a command line."""
 
 from __future__ import annotations
@@ -81,25 +80,24 @@ def _serve_api(app, host: str, port: int, workers: list[subprocess.Popen], logs)
         raise WeightkeeperError(f"the API did not start on {host}:{port}; see the lines above")
 
 
-def serve(settings: Settings, port: int, api_host: str, api_port: int | None, prefect_host: str | None = None,
-          prefect_auth: bool = False) -> int:
+def serve(settings: Settings, port: int, api_host: str, api_port: int | None, prefect_host: str | None = None) -> int:
     """Serve until interrupted; the API in the foreground unless `api_port` is None. The Prefect server started
-    here listens on `prefect_host` (default loopback); `prefect_auth` requires its credential on loopback too."""
+    here listens on `prefect_host` (default loopback) and requires its credential."""
     from prefect.settings import PREFECT_API_URL
 
     from weightkeeper.api import create_app
     from weightkeeper.deployments import apply_deployments
 
-    if PREFECT_API_URL.value() and (prefect_host or prefect_auth):
-        raise InvalidInputError("--prefect-host and --prefect-auth set up the Prefect server that serve starts, but "
-                                "PREFECT_API_URL names one: unset it, or drop the options")
+    if PREFECT_API_URL.value() and prefect_host:
+        raise InvalidInputError("--prefect-host sets up the Prefect server that serve starts, but PREFECT_API_URL "
+                                "names one: unset it, or drop the option")
     # A supervisor stops services with SIGTERM; make it unwind the `finally`s so no worker or server is left
     # behind (uvicorn re-raises the signal after its own shutdown, which would otherwise kill us on the spot).
     signal.signal(signal.SIGTERM, _stop_signal)
     signal.signal(signal.SIGINT, _stop_signal)
     note = functools.partial(_credential_note, settings, bool(os.environ.get(AUTH_ENV)))  # before prefect_api sets it
     logs = settings.home / "logs"
-    with prefect_api(settings.home, port, prefect_host or LOOPBACK, prefect_auth) as url:
+    with prefect_api(settings.home, port, prefect_host or LOOPBACK) as url:
         names = apply_deployments(settings)
         workers = start_workers(settings)
         try:

@@ -46,7 +46,8 @@ def _check_source_and_token(settings: Settings, parsed: HfSource | S3Source, tok
 
 
 def registry_for(settings: Settings) -> Registry:
-    return open_registry(settings.registry_url)
+    """The registry of `settings` (a SQLite file made anew is announced only when `registry_url` was given)."""
+    return open_registry(settings.registry_url, settings.registry_named)
 
 
 def declare_model(settings: Settings, registry: Registry, *, name: str, source: str, owner_name: str,

@@ -237,7 +237,7 @@ _engines_lock = threading.Lock()
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
-def _engine(url: str) -> Engine:
+def _engine(url: str, announce_new: bool) -> Engine:
     with _engines_lock:
         if url not in _engines:
             made = None
@@ -261,7 +261,7 @@ def _engine(url: str) -> Engine:
             else:
                 engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
             _migrate(engine)
-            if made:  # a typo in registry_url would otherwise go unnoticed: an empty registry lists no model
+            if made and announce_new:  # a typo in registry_url would go unnoticed: an empty registry lists no model
                 logger.warning("weightkeeper: made a new, empty registry at %s; if registry_url should name an "
                                "existing one, correct it", made)
             _engines[url] = engine
@@ -297,14 +297,15 @@ def _version(engine: Engine) -> str | None:
             return None
 
 
-def open_registry(url: str) -> Registry:
+def open_registry(url: str, announce_new: bool = False) -> Registry:
     """The registry at `url`, migrated to the current schema; `ConfigError` naming it (its password hidden) when
     that URL names no database SQLAlchemy knows, `UnavailableError` when the database answers with an error (it
-    cannot be reached, refuses the login, is locked or read-only, ...)."""
+    cannot be reached, refuses the login, is locked or read-only, ...). `announce_new`: a SQLite file made anew is
+    logged (a `registry_url` someone wrote, which a typo would otherwise turn into an empty registry)."""
     if _ats(url) > 1:  # the parser would take what follows the first '@' of a password for the host, and show it
         raise ConfigError(f"registry_url {_shown(url)}: its user name or password holds an '@'; write it as %40")
     try:
-        return Registry(_engine(url))
+        return Registry(_engine(url, announce_new))
     except (ArgumentError, ValueError) as e:
         raise ConfigError(f"registry_url {_shown(url)}: {e}; use sqlite:///PATH or postgresql+psycopg://...") from None
     except ImportError as e:
