@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from weightkeeper.prefectserver import client_environment, free_port, start_server, stop
+from weightkeeper.prefectserver import (SERVER_AUTH_ENV, client_environment, free_port, prefect_credential, start_server,
+                                        stop)
 
 MIB = 1 << 20
 ENV = {
@@ -30,16 +31,17 @@ ENV = {
 
 def prepare_environment(root: Path) -> subprocess.Popen:
     """Before Prefect is imported: quiet clients, a private HF home, and a Prefect server of its own
-    (`weightkeeper.prefectserver` in a process, as `weightkeeper serve` runs it; returned) with its home
-    under `root`; it stops when this process exits."""
+    (`weightkeeper.prefectserver` in a process, as `weightkeeper serve` runs it, requiring its credential;
+    returned) with its home under `root`; it stops when this process exits."""
     os.environ.update(ENV, HF_HOME=str(root / "hf-home"), PREFECT_HOME=str(root / "prefect-home"))
     os.environ.pop("HF_TOKEN", None)
     (root / "prefect-home").mkdir(parents=True, exist_ok=True)
     port = free_port()
+    credential = prefect_credential(root)  # required, as by every server weightkeeper starts
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    server = start_server(port, root / "prefect-server.log", env)
+    server = start_server(port, root / "prefect-server.log", {**env, SERVER_AUTH_ENV: credential})
     atexit.register(stop, server)
-    os.environ["PREFECT_API_URL"] = url = f"http://127.0.0.1:{port}/api"
+    os.environ.update(PREFECT_API_URL=(url := f"http://127.0.0.1:{port}/api"), PREFECT_API_AUTH_STRING=credential)
     os.environ.update(client_environment(url, root))  # as `prefect_api` gives the clients of its server
     return server
 

@@ -33,7 +33,7 @@ from weightkeeper.runtime import fetch_in_slot
 from weightkeeper.context import current
 from weightkeeper.sharing import discard, mark_ready, unmark_ready
 from weightkeeper.sources import fetch_model_files
-from weightkeeper.space import shortfall
+from weightkeeper.space import room_problem
 from weightkeeper.verify import Listed, Problem, check_sizes, hash_due, verify_copy
 
 
@@ -147,7 +147,7 @@ def _refetch(settings: Settings, registry: Registry, snapshot: Snapshot, root: D
     if missing and reuse_into(settings, registry, model, snapshot, root, missing, workspace, cluster) and all(
             in_place(root, f) for f in snapshot.files):
         return
-    if problem := shortfall(root, snapshot.files, settings.free_space_margin_bytes):  # a shared copy names no model
+    if problem := room_problem(root, snapshot.files, settings.free_space_margin_bytes):  # a shared copy names no model
         raise Waits(f"no space to fetch its files again: it {problem}; free space on the volume (or lower "
                     "free_space_margin_bytes)")
     repairing = f"repairing {root}"

@@ -1108,7 +1108,7 @@ MUTATIONS = {
         '            p.updated_at = utcnow()',
         'tests/test_reconcile.py::test_a_repair_fetches_only_what_fits_from_the_hub_budget_and_a_failed_repair_is_repaired_next_pass'),
     'repair-free-space': (
-        'tasks/verify.py', '    if problem := shortfall(root, snapshot.files, settings.free_space_margin_bytes):',
+        'tasks/verify.py', '    if problem := room_problem(root, snapshot.files, settings.free_space_margin_bytes):',
         '    if False:',
         'tests/test_reconcile.py::test_a_repair_fetches_only_what_fits_from_the_hub_budget_and_a_failed_repair_is_repaired_next_pass'),
     'repair-hub-budget': (
@@ -1475,7 +1475,7 @@ MUTATIONS = {
         "weightkeeper/config.py", "return _Environment(settings_cls), init_settings",
         "return init_settings, _Environment(settings_cls)", "tests/test_config.py::test_the_registry_url_of_the_environment_overrides_the_files"),
     "new-registry-unannounced": (
-        "weightkeeper/registry/store.py", "            if made and announce_new:  # a typo",
+        "weightkeeper/registry/store.py", "            if made:  # a typo",
         "            if False:  # a typo", "tests/test_cli.py::test_a_registry_url_naming_no_registry_yet_says_it_made_one"),
     "update-due-pending-untracked": (
         "weightkeeper/desired.py", "    if not (track or pending):\n",
@@ -1506,8 +1506,8 @@ MUTATIONS = {
         "weightkeeper/registry/store.py", "                db = make_url(url).database",
         "                db = url.split(\"///\", 1)[-1]", "tests/test_cli.py::test_a_registry_url_naming_no_registry_yet_says_it_made_one"),
     "new-registry-notice-for-the-default-too": (
-        "weightkeeper/registry/store.py", "            if made and announce_new:",
-        "            if made:", "tests/test_prefectserver.py::test_the_demo_starts_its_own_prefect_server_runs_the_lifecycle_and_stops_it"),
+        "weightkeeper/registry/store.py", "made = db if announce_new and not Path(db).exists() else None",
+        "made = db if not Path(db).exists() else None", "tests/test_prefectserver.py::test_the_demo_starts_its_own_prefect_server_runs_the_lifecycle_and_stops_it"),
 }
 
 

@@ -99,6 +99,8 @@ def test_bad_input_gets_one_line_errors(wk, tmp_path):
                                ("postgresql://wk:secret@127.0.0.1:port/x", 2, "registry_url 'postgresql://...': "),
                                ("postgresql+psycopg://wk:p@secret@127.0.0.1:1/x", 2,
                                 "registry_url 'postgresql+psycopg://...': its user name or password holds an '@'"),
+                               ("postgresql+psycopg://wk:p@secret/x@127.0.0.1:1/x", 2,
+                                "registry_url 'postgresql+psycopg://...': its user name or password holds an '@'"),
                                ("mysql://wk:secret@127.0.0.1/x", 2,
                                 "registry_url mysql://wk:***@127.0.0.1/x: its database driver is not installed")]:
         bad.write_text(f'registry_url = "{url}"\n')

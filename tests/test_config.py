@@ -79,7 +79,11 @@ def test_a_workspace_job_without_the_registry_secret_names_it(config, monkeypatc
     the pod and find no model there: its settings are refused, naming the Secret."""
     monkeypatch.setenv("WEIGHTKEEPER_TOKEN_ENV", "HF_TOKEN")  # set in every job by the pool's template
     monkeypatch.setenv("WEIGHTKEEPER_REGISTRY_URL", "")
-    assert "registry_secret names, with key WEIGHTKEEPER_REGISTRY_URL" in refused(config, "")
+    assert "create the Secret that registry_secret names with key WEIGHTKEEPER_REGISTRY_URL" in refused(config, "")
+    kubernetes = ('[[workspaces]]\nname = "gpu"\nvolume = "/mnt/gpu"\nwork_pool = "kube"\n[workspaces.kubernetes]\n'
+                  'namespace = "team-a"\nimage = "img:1"\nvolume_claim = "gpu"\nregistry_secret = "wk-db"\n')
+    assert "create the Secret 'wk-db' in namespace 'team-a' with key WEIGHTKEEPER_REGISTRY_URL" in \
+        refused(config, kubernetes)
     monkeypatch.setenv("WEIGHTKEEPER_REGISTRY_URL", "postgresql+psycopg://wk:fromTheSecret@db/wk")
     assert load_settings(config).registry_url.startswith("postgresql")
 

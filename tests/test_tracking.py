@@ -38,16 +38,16 @@ NOW = datetime(2026, 12, 4, 12, 0, tzinfo=timezone.utc)
 def test_a_tracked_ready_model_is_due_once_per_interval_or_when_a_revision_is_asked_for():
     hour_ago, minute_ago = NOW.replace(hour=11), NOW.replace(hour=11, minute=59)
     for model_id in range(2 * TURNS):
-        assert update_due("Ready", True, None, None, NOW, 3600, model_id)
-        assert update_due("Ready", True, None, NOW.replace(hour=10, minute=30), NOW, 3600, model_id)  # 1.5 intervals
-        assert not update_due("Ready", True, None, minute_ago, NOW, 3600, model_id)
-        assert update_due("Ready", True, None, minute_ago, NOW, 0, model_id)
-        assert not update_due("Ready", False, None, None, NOW, 3600, model_id)
-        assert update_due("Ready", False, "v2", None, NOW, 3600, model_id)  # asked for, not asked yet
-        assert not update_due("Ready", False, "v2", minute_ago, NOW, 3600, model_id)  # asked: the switch ran (or failed)
+        assert update_due("Ready", True, None, None, NOW, 3600, model_id, pending=False)
+        assert update_due("Ready", True, None, NOW.replace(hour=10, minute=30), NOW, 3600, model_id, pending=False)  # 1.5 intervals
+        assert not update_due("Ready", True, None, minute_ago, NOW, 3600, model_id, pending=False)
+        assert update_due("Ready", True, None, minute_ago, NOW, 0, model_id, pending=False)
+        assert not update_due("Ready", False, None, None, NOW, 3600, model_id, pending=False)
+        assert update_due("Ready", False, "v2", None, NOW, 3600, model_id, pending=False)  # asked for, not asked yet
+        assert not update_due("Ready", False, "v2", minute_ago, NOW, 3600, model_id, pending=False)  # asked: the switch ran (or failed)
         for phase in ("Pending", "Downloading", "Failed", "Deleting"):
-            assert not update_due(phase, True, "v2", None, NOW, 0, model_id)
-    assert {update_due("Ready", True, None, hour_ago, NOW, 3600, model_id) for model_id in range(TURNS)} == {True, False}
+            assert not update_due(phase, True, "v2", None, NOW, 0, model_id, pending=False)
+    assert {update_due("Ready", True, None, hour_ago, NOW, 3600, model_id, pending=False) for model_id in range(TURNS)} == {True, False}
     assert needed_run("Ready", None, update=True) == "ensure-model"
     assert needed_run("Ready", "ensure-model", update=True) is None and needed_run("Ready", None) is None
     assert in_grace(minute_ago, NOW, 600) and not in_grace(hour_ago, NOW, 600) and not in_grace(None, NOW, 600)
@@ -63,7 +63,7 @@ def test_a_switch_left_pending_on_a_model_not_tracked_is_due_at_its_turn_never_a
         assert update_due("Ready", False, None, None, NOW, 3600, model_id, pending=True)
         assert update_due("Ready", False, None, hour_and_half_ago, NOW, 3600, model_id, pending=True)
         assert not update_due("Ready", False, None, minute_ago, NOW, 3600, model_id, pending=True)  # just tried
-        assert not update_due("Ready", False, None, hour_and_half_ago, NOW, 3600, model_id)  # nothing pending
+        assert not update_due("Ready", False, None, hour_and_half_ago, NOW, 3600, model_id, pending=False)  # none
         assert update_due("Ready", False, None, minute_ago, NOW, 0, model_id, pending=True)
         for phase in ("Pending", "Downloading", "Failed", "Deleting"):
             assert not update_due(phase, False, None, hour_and_half_ago, NOW, 0, model_id, pending=True)
@@ -86,7 +86,8 @@ def test_tracked_models_asked_together_are_asked_again_at_turns_of_their_own_onc
     per_pass = []
     for t in range(step, 4 * interval + 1, step):
         now = NOW + timedelta(seconds=t)
-        due = [m for m, times in checked.items() if update_due("Ready", True, None, times[-1], now, interval, m)]
+        due = [m for m, times in checked.items() if update_due("Ready", True, None, times[-1], now, interval, m,
+                                                                                pending=False)]
         for m in due:
             checked[m].append(now)
         per_pass.append((t, len(due)))

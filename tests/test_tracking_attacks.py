@@ -250,7 +250,7 @@ def test_a_hub_outage_during_the_check_forgets_neither_the_asked_revision_nor_th
     assert model.message.startswith(f"cannot check {'main' if tracked else 'v2'}: ") and f"it stays on {a}" in \
         model.message and "503" in model.message
     assert not update_due(model.phase, model.track, model.next_revision, model.head_checked_at,
-                          model.head_checked_at, 3600, model.id)  # not asked again in this pass
+                          model.head_checked_at, 3600, model.id, pending=False)  # not asked again in this pass
 
     assert ensure_model(name) == "Ready"
     model = wk.registry.get_model(name)

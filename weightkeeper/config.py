@@ -356,9 +356,10 @@ class Settings(BaseSettings):
                 raise ValueError(f"work pool {w.work_pool!r} of Kubernetes workspace {w.name!r} is also used by "
                                  f"{mixed}; a Kubernetes pool serves workspaces of one cluster only")
         if os.environ.get(JOB_MARK) and self.registry_url.startswith("sqlite"):
-            raise ValueError("registry_url names a SQLite file, which a Kubernetes workspace job would make anew in "
-                             "its pod: create the Secret that its workspace's registry_secret names, with key "
-                             f"{REGISTRY_ENV} holding the shared PostgreSQL's URL")
+            named = " or ".join(sorted({f"{w.kubernetes.registry_secret!r} in namespace {w.kubernetes.namespace!r}"
+                                        for w in workspaces if w.kubernetes})) or "that registry_secret names"
+            raise ValueError(f"registry_url names a SQLite file, which this Kubernetes job would make anew in its pod: "
+                             f"create the Secret {named} with key {REGISTRY_ENV} holding the shared PostgreSQL's URL")
         roots = sorted(w.volume for w in workspaces if w.volume)
         for outer, inner in zip(roots, roots[1:]):
             if inner.startswith(outer + "/"):

@@ -28,7 +28,7 @@ def needed_run(phase: str, live_run: str | None, update: bool = False) -> str | 
 
 
 def update_due(phase: str, track: bool, next_revision: str | None, head_checked_at: datetime | None,
-               now: datetime, interval: float, model_id: int, pending: bool = False) -> bool:
+               now: datetime, interval: float, model_id: int, *, pending: bool) -> bool:
     """A Ready model is due for a run that asks for its next commit or finishes a switch: a revision `model update`
     asked for and not asked yet, or a tracked branch or a `pending` switch (one a killed run left, tracked or not)
     never asked or tried, or whose turn (`last_turn`) came half an interval or more after it was last asked or

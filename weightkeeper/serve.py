@@ -3,12 +3,12 @@ the API, on one host: a Prefect server (`weightkeeper.prefectserver`, unless `PR
 the download limit, the work pools, every deployment, a run-limited process worker per work queue, and the
 REST API.
 
-The Prefect server holds Secret blocks and starts any deployment: on loopback too, it requires the credential of `weightkeeper.prefectserver.prefect_credential`, which the workers and this
-process's own clients get in their environment or settings, never on a command line."""
+The Prefect server holds Secret blocks and starts any deployment: it requires, on loopback too, the credential
+of `weightkeeper.prefectserver.prefect_credential`, which the workers and this process's own clients get in their
+environment or settings, never on a command line."""
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import subprocess
@@ -95,13 +95,13 @@ def serve(settings: Settings, port: int, api_host: str, api_port: int | None, pr
     # behind (uvicorn re-raises the signal after its own shutdown, which would otherwise kill us on the spot).
     signal.signal(signal.SIGTERM, _stop_signal)
     signal.signal(signal.SIGINT, _stop_signal)
-    note = functools.partial(_credential_note, settings, bool(os.environ.get(AUTH_ENV)))  # before prefect_api sets it
+    note = _credential_note(settings, bool(PREFECT_API_URL.value()))  # before prefect_api sets $PREFECT_API_AUTH_STRING
     logs = settings.home / "logs"
     with prefect_api(settings.home, port, prefect_host or LOOPBACK) as url:
         names = apply_deployments(settings)
         workers = start_workers(settings)
         try:
-            print(f"Prefect API {url}{note()}; deployments: {', '.join(names)}; workers for "
+            print(f"Prefect API {url}{note}; deployments: {', '.join(names)}; workers for "
                   f"{', '.join(settings.pools)} (logs in {logs})", flush=True)
             if api_port is None:
                 while all(w.poll() is None for w in workers):
@@ -113,13 +113,9 @@ def serve(settings: Settings, port: int, api_host: str, api_port: int | None, pr
     return 0
 
 
-def _credential_note(settings: Settings, operators: bool) -> str:
-    """Where the credential in effect comes from (never the credential): the operator's `PREFECT_API_AUTH_STRING`,
-    or the file."""
-    from prefect.settings import PREFECT_API_AUTH_STRING
-
-    if not PREFECT_API_AUTH_STRING.value():
-        return ""
-    if operators:
+def _credential_note(settings: Settings, named: bool) -> str:
+    """Where the credential comes from (never the credential): the operator's `PREFECT_API_AUTH_STRING`, else for
+    the server started here its file; nothing for a server `PREFECT_API_URL` names (`named`)."""
+    if os.environ.get(AUTH_ENV):
         return f" (credential: ${AUTH_ENV})"
-    return f" (credential: {settings.home / AUTH_FILE})"
+    return "" if named else f" (credential: {settings.home / AUTH_FILE})"

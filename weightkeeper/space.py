@@ -1,4 +1,4 @@
-"""Free-space check before a download: the bytes still missing must fit on the volume with a margin."""
+"""Free-space check before a download or a repair: the bytes still missing must fit on the volume with a margin."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def free_space(target: Dir | str) -> tuple[str, int]:
     return mount, st.f_bavail * st.f_frsize
 
 
-def shortfall(target: Dir | str, files: Iterable[RemoteFile], margin: int) -> str | None:
+def room_problem(target: Dir | str, files: Iterable[RemoteFile], margin: int) -> str | None:
     """Why the files still missing in `target` (the directory, or its path before it is made, when nothing is
     present yet) do not fit on the volume with `margin` to spare; None when they do."""
     needed = bytes_to_fetch((f.size, present_bytes(target, f) if isinstance(target, Dir) else 0) for f in files)
@@ -33,8 +33,8 @@ def shortfall(target: Dir | str, files: Iterable[RemoteFile], margin: int) -> st
 
 
 def check_free_space(name: str, target: Dir | str, files: Iterable[RemoteFile], margin: int) -> None:
-    """Fail fast, before any byte of model `name` is written, when the missing files do not fit (`shortfall`)."""
-    if problem := shortfall(target, files, margin):
+    """Fail fast, before any byte of model `name` is written, when the missing files do not fit (`room_problem`)."""
+    if problem := room_problem(target, files, margin):
         raise DownloadError(f"no space for model {name!r} in {target}: it {problem}; nothing was written. "
                             "Free space on the volume (or lower free_space_margin_bytes), then run "
                             f"`weightkeeper model ensure {name}`", permanent=True)

@@ -245,7 +245,7 @@ def _engine(url: str, announce_new: bool) -> Engine:
                 db = make_url(url).database
                 if db and db != ":memory:":
                     Path(db).parent.mkdir(parents=True, exist_ok=True)
-                    made = None if Path(db).exists() else db
+                    made = db if announce_new and not Path(db).exists() else None
                 engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
 
                 @event.listens_for(engine, "connect")
@@ -261,7 +261,7 @@ def _engine(url: str, announce_new: bool) -> Engine:
             else:
                 engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
             _migrate(engine)
-            if made and announce_new:  # a typo in registry_url would go unnoticed: an empty registry lists no model
+            if made:  # a typo in registry_url would go unnoticed: an empty registry lists no model
                 logger.warning("weightkeeper: made a new, empty registry at %s; if registry_url should name an "
                                "existing one, correct it", made)
             _engines[url] = engine
@@ -330,8 +330,11 @@ def _shown(url: str) -> str:
 
 
 def _ats(url: str) -> int:
-    """How many '@' the URL's authority (between '://' and the path) holds: more than one is a password's unescaped."""
-    return url.partition("://")[2].partition("/")[0].count("@")
+    """How many '@' follow the URL's '://' when it names a host (SQLite's '///' names none): more than one is a
+    password's unescaped '@' (SQLAlchemy ends the password at the first, and reads the rest, '/' and all, as host,
+    database and query)."""
+    rest = url.partition("://")[2]
+    return 0 if rest.startswith("/") else rest.count("@")
 
 
 _PATH_LOCK = 7_243_001  # advisory lock key for decisions that read other models' paths
@@ -558,7 +561,7 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
 
     def reconcile_state(self, track_interval: float = 3600) -> tuple[list[Model], dict[str, RunLease]]:
         """The models a pass may have to drive (those not Ready or Failed, those a run lease names, and Ready ones
-        whose next commit is due: `updates.update_due`) with their paths and leases, and the run leases by model
+        due for a run that asks for their next commit or finishes a pending switch: `updates.update_due`) with their paths and leases, and the run leases by model
         name, in three queries whatever the count (plain rows: no ORM object is built). A settled model costs
         nothing here: its copies are read by `own_copies`."""
         with self._tx() as s:

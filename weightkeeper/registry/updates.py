@@ -108,6 +108,8 @@ class UpdateOps:
         not recorded yet: a recorded one counts in `storedBytes` already, one not started yet nowhere else. Their
         copy is recorded when a copy stands where theirs goes (`layout.copy_paths`): a copy of the commit with other
         file patterns, or on another owner's shelf, is another model's."""
+        if not ws.volume:  # no copy is made there
+            return 0
         with self._tx() as s:
             others = s.scalars(select(ModelRow).options(selectinload(ModelRow.paths)).where(
                 ModelRow.name != name, ModelRow.phase == READY, ModelRow.pending_commit.is_not(None),
