@@ -22,7 +22,7 @@ from weightkeeper.errors import (DeadlineExceeded, DownloadCancelled, DownloadEr
                                  NotOursError, UnsafePathError)
 from weightkeeper.fsops import LEGACY, directory_size, made_here, own_copy, own_directory, path_size, shelf_problem
 from weightkeeper.hubbudget import budget_message, hub_budget
-from weightkeeper.layout import copy_name, copy_paths, link_target
+from weightkeeper.layout import copy_name, link_target
 from weightkeeper.lease import Held, renewed
 from weightkeeper.registry import Holder, Model, Registry
 from weightkeeper.registry.leases import Kind
@@ -400,8 +400,7 @@ def _switch_targets(settings: Settings, link: LinkedPath) -> set[str]:
     if not link.pending or ws is None or not ws.volume:
         return set()
     copy = copy_name(link.pending, link.include, link.exclude)
-    return {link_target(link.path, target) for target in copy_paths(
-        ws.volume, link.repo_id, copy, ws.models_dir, link.owner_uid if ws.kubernetes is not None else None)}
+    return {link_target(link.path, target) for target in ws.copy_paths(link.repo_id, copy, link.owner_uid)}
 
 
 def _standing(parent: Dir, leaf: str) -> tuple[str | None, str]:

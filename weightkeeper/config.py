@@ -82,6 +82,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDic
 from weightkeeper.errors import ConfigError
 from weightkeeper.guard import VolumeRule
 from weightkeeper.kube import JOB_MARK, REGISTRY_ENV, KubernetesTarget
+from weightkeeper import layout
 from weightkeeper.layout import BUCKET, MODEL_NAME, SEGMENT
 
 DOWNLOAD_LIMIT_NAME = "weightkeeper-downloads"
@@ -167,6 +168,12 @@ class Workspace:
     @property
     def rule(self) -> VolumeRule:
         return VolumeRule(root=self.volume or "", models_dir=self.models_dir)
+
+    def copy_paths(self, repo_id: str, copy: str, owner_uid: int) -> set[str]:
+        """Where a model's shared copy `copy` may be on this volume (`layout.copy_paths`): on the service's shelf,
+        and in a Kubernetes workspace, whose jobs run as the model's owner, on that owner's."""
+        return layout.copy_paths(self.volume, repo_id, copy, self.models_dir,
+                                 owner_uid if self.kubernetes is not None else None)
 
     def usable_by(self, owner: str) -> bool:
         return self.public or self.owner == owner

@@ -81,7 +81,7 @@ def run_demo(source: str | None = None, offline: bool = False) -> int:
             model, failure = follow(registry, "demo", lambda: run_here(ensure_model, "demo"))
             console.print(paths_table(model))
             if failure is not None or model.phase != "Ready":
-                console.print(f"demo failed: {failure or model.message}", markup=False)
+                console.print(f"demo failed: {failure or model.message}")
                 return 1
             for p in model.local_paths:
                 files = sorted(str(f.relative_to(p.path)) for f in Path(p.path).rglob("*")
@@ -90,7 +90,7 @@ def run_demo(source: str | None = None, offline: bool = False) -> int:
             console.print(_step("3. delete-model", ": stop downloads, clean each path, release"))
             _, failure = follow(registry, "demo", lambda: run_here(delete_model, "demo"))
             if failure is not None:
-                console.print(f"   delete-model stopped: {failure}", markup=False)
+                console.print(f"   delete-model stopped: {failure}")
             for p in model.local_paths:
                 console.print(f"   {p.path}: {'still there!' if os.path.lexists(p.path) else 'gone'}")
             left = registry.list_models(include_deleting=True)

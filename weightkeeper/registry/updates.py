@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from weightkeeper.config import Workspace
 from weightkeeper.errors import ConflictError
-from weightkeeper.layout import copy_name, copy_paths
+from weightkeeper.layout import copy_name
 from weightkeeper.planning import TURNS, changed_bytes, last_turn
 from weightkeeper.registry.common import DELETING, READY, scrub_message, utcnow
 from weightkeeper.registry.leases import Kind
@@ -118,9 +118,7 @@ class UpdateOps:
             for o in others:
                 if p := next((p for p in o.paths if not p.retired and p.workspace == ws.name), None):
                     copy = copy_name(o.pending_commit, o.include_patterns, o.exclude_patterns)
-                    uid = o.owner_uid if ws.kubernetes is not None else None
-                    goes[o.id] = {(p.cluster, path) for path in copy_paths(ws.volume, o.repo_id, copy, ws.models_dir,
-                                                                           uid)}
+                    goes[o.id] = {(p.cluster, path) for path in ws.copy_paths(o.repo_id, copy, o.owner_uid)}
             wanted = {path for places in goes.values() for _, path in places}
             made = {(cluster, path) for cluster, path in s.execute(select(ArtifactRow.cluster, ArtifactRow.path).where(
                 ArtifactRow.volume == ws.volume, ArtifactRow.path.in_(wanted)))} if wanted else set()
