@@ -132,7 +132,8 @@ def tiny_pipeline(root: Path):
     hub = HubProcess(root / "hub", {"bench/tiny": root / "tiny"})
     write_config(root, hub.url, {"bench": root / "volume"})
     from weightkeeper.config import load_settings
-    from weightkeeper.service import declare_model, registry_for
+    from weightkeeper.service import declare_model
+    from weightkeeper.registry import registry_for
 
     settings = load_settings()
     registry = registry_for(settings)

@@ -74,7 +74,7 @@ def main() -> int:
             f.write(f'[[users]]\nname = "bench"\nuid = {os.getuid()}\nadmin = true\n'
                     f'token_sha256 = "{hashlib.sha256(TOKEN.encode()).hexdigest()}"\n')
         from weightkeeper.config import load_settings
-        from weightkeeper.service import registry_for
+        from weightkeeper.registry import registry_for
 
         settings = load_settings()
         registry = registry_for(settings)

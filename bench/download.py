@@ -61,7 +61,8 @@ def main() -> None:
         from weightkeeper.hub import fetch_snapshot, resolve_snapshot
         from weightkeeper.layout import HfSource
         from weightkeeper.runs import run_here
-        from weightkeeper.service import declare_model, registry_for
+        from weightkeeper.service import declare_model
+        from weightkeeper.registry import registry_for
 
         settings = load_settings()
         registry = registry_for(settings)

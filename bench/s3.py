@@ -128,7 +128,8 @@ def configure_pipeline(root: Path, hub_url: str, endpoint: str):
     from weightkeeper.flows.ensure_model import ensure_model
     from weightkeeper.config import load_settings
     from weightkeeper.runs import run_here
-    from weightkeeper.service import declare_model, registry_for
+    from weightkeeper.service import declare_model
+    from weightkeeper.registry import registry_for
 
     volumes = {name: root / "volumes" / name for name in ("team-a", "team-b")}
     lines = [f'home = "{root / "wk-home"}"', f'hf_endpoint = "{hub_url}"']

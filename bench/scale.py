@@ -207,7 +207,8 @@ def main() -> int:
 
         from weightkeeper.flows.ensure_model import ensure_model
         from weightkeeper.config import load_settings
-        from weightkeeper.service import declare_model, registry_for
+        from weightkeeper.service import declare_model
+        from weightkeeper.registry import registry_for
 
         settings = load_settings()
         registry = registry_for(settings)

@@ -37,7 +37,8 @@ def main() -> None:
         from weightkeeper.config import load_settings
         from weightkeeper.hubserver import HubServer
         from weightkeeper.runs import run_here
-        from weightkeeper.service import declare_model, registry_for
+        from weightkeeper.service import declare_model
+        from weightkeeper.registry import registry_for
 
         hub = HubServer(root / "hub").start()
         hub.add_repo("bench/shared", {"model.safetensors": os.urandom(args.mib << 20), "config.json": b"{}"})

@@ -60,7 +60,8 @@ def main() -> None:
         from weightkeeper.flows.ensure_model import ensure_model
         from weightkeeper.registry.metrics import DOWNLOADED_BYTES
         from weightkeeper.runs import run_here
-        from weightkeeper.service import declare_model, registry_for, switch_revision
+        from weightkeeper.service import declare_model, switch_revision
+        from weightkeeper.registry import registry_for
 
         settings = load_settings()
         registry = registry_for(settings)

@@ -186,7 +186,7 @@ class Env:
 
     @property
     def registry(self):
-        from weightkeeper.service import registry_for
+        from weightkeeper.registry import registry_for
 
         return registry_for(self.settings)
 

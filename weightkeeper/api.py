@@ -32,11 +32,11 @@ from weightkeeper.errors import ConflictError, InvalidInputError, NotFoundError,
 from weightkeeper.layout import MODEL_NAME
 from weightkeeper.metrics import metrics_registry
 from weightkeeper.phase import Phase
-from weightkeeper.registry import Model, Registry
+from weightkeeper.registry import Model, Registry, registry_for
 from weightkeeper.registry.common import utcnow
 from weightkeeper.registry.listing import DEFAULT_LIMIT, MAX_LIMIT, ListQuery, Sort
 from weightkeeper.runs import NoDeployment, start_deployment
-from weightkeeper.service import declare_model, registry_for
+from weightkeeper.service import declare_model
 from weightkeeper.tenancy import redact, refusal, viewer, visible
 
 PLAIN = r"^[^\x00-\x1f\x7f]*$"  # no NUL or other control character

@@ -26,10 +26,11 @@ from weightkeeper.errors import (ConfigError, ConflictError, InvalidInputError, 
                                  redact_urls)
 from weightkeeper.phase import Phase
 from weightkeeper.prefectserver import prefect_api
-from weightkeeper.registry import Model, Registry
+from weightkeeper.kube import REGISTRY_ENV
+from weightkeeper.registry import Model, Registry, registry_for
 from weightkeeper.registry.common import DELETING, READY
 from weightkeeper.registry.listing import DEFAULT_LIMIT, SORTS, ListQuery, Viewer
-from weightkeeper.service import declare_model, move_model, registry_for, switch_revision
+from weightkeeper.service import declare_model, move_model, switch_revision
 
 console = Console(markup=False, emoji=False)  # what is printed quotes paths, messages and file names as they are
 err_console = Console(stderr=True, markup=False, emoji=False)
@@ -461,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
         return _error(str(e), 1)
     except DBAPIError as e:  # the statement and its values are not shown
         why = (str(e.orig).strip().splitlines() or [type(e.orig).__name__])[0]
-        where = "$WEIGHTKEEPER_REGISTRY_URL" if os.environ.get("WEIGHTKEEPER_REGISTRY_URL") else \
+        where = f"${REGISTRY_ENV}" if os.environ.get(REGISTRY_ENV) else \
             f"registry_url in {args.config or '$WEIGHTKEEPER_CONFIG'}"
         return _error(f"the registry failed: {why}; retry, or check {where}", 1)
     except BrokenPipeError as e:

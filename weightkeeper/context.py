@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from weightkeeper.config import Settings, load_settings
-from weightkeeper.registry import Registry, open_registry
+from weightkeeper.registry import Registry, registry_for
 
 
 class Context(NamedTuple):
@@ -29,7 +29,7 @@ def use(settings: Settings) -> Context:
     """Make `settings` (and their registry) this process's context."""
     global _explicit
     with _lock:
-        _explicit = Context(settings, open_registry(settings.registry_url, settings.registry_named))
+        _explicit = Context(settings, registry_for(settings))
         return _explicit
 
 
@@ -54,5 +54,5 @@ def current() -> Context:
     with _lock:
         if _loaded is None or _loaded[0] != source:
             settings = load_settings()
-            _loaded = (source, Context(settings, open_registry(settings.registry_url, settings.registry_named)))
+            _loaded = (source, Context(settings, registry_for(settings)))
         return _loaded[1]

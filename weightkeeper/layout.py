@@ -223,7 +223,7 @@ def artifact_path(volume: str, repo_id: str, copy: str, models_dir: str = "model
     `maker_uid`: the uid that writes it, when that is the model's owner rather than the service (the jobs of a
     Kubernetes workspace run as their model's owner). Such a copy is its owner's to write, so it is shared only
     among that owner's models, in `_artifacts.<uid>`: no model ever reads a copy another user can write."""
-    if maker_uid is not None and not 0 < maker_uid < 2**32 - 1:
+    if maker_uid is not None and not _maker(maker_uid):
         raise InvalidInputError(f"a shared copy of {repo_id!r} cannot be made by uid {maker_uid}")
     artifacts = ARTIFACTS_DIR if maker_uid is None else f"{ARTIFACTS_DIR}.{maker_uid}"
     return posixpath.join(models_root(volume, models_dir), artifacts, repo_dir_name(repo_id), copy)
@@ -232,8 +232,13 @@ def artifact_path(volume: str, repo_id: str, copy: str, models_dir: str = "model
 def copy_paths(volume: str, repo_id: str, copy: str, models_dir: str, owner_uid: int | None) -> set[str]:
     """Where a model's copy `copy` may be on a volume: on the service's shelf, and for a model whose jobs run as its
     owner (`owner_uid`: a Kubernetes workspace's) on that owner's (`artifact_path`)."""
-    makers = (None, owner_uid) if owner_uid is not None and 0 < owner_uid < 2**32 - 1 else (None,)
+    makers = (None, owner_uid) if owner_uid is not None and _maker(owner_uid) else (None,)
     return {artifact_path(volume, repo_id, copy, models_dir, maker) for maker in makers}
+
+
+def _maker(uid: int) -> bool:
+    """A uid that may make shared copies on a shelf of its own: a user's, neither root nor the kernel's "none"."""
+    return 0 < uid < 2**32 - 1
 
 
 def sharing_problem(path: str, volume: str, models_dir: str = "models") -> str | None:

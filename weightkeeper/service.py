@@ -19,7 +19,7 @@ from weightkeeper.layout import (
     validate_subpath,
 )
 from weightkeeper.planning import Plan, plan_paths
-from weightkeeper.registry import Model, ModelSpec, Registry, open_registry
+from weightkeeper.registry import Model, ModelSpec, Registry
 
 
 def _guarded(settings: Settings, plan: Plan) -> Plan:
@@ -43,11 +43,6 @@ def _check_source_and_token(settings: Settings, parsed: HfSource | S3Source, tok
         if parsed.uri.startswith(staging) or staging.startswith(parsed.uri):
             raise InvalidInputError(f"source {parsed.uri} overlaps weightkeeper's staging prefix {staging}, which "
                                     "holds the staged copies of other models; use a prefix outside it")
-
-
-def registry_for(settings: Settings) -> Registry:
-    """The registry of `settings` (a SQLite file made anew is announced only when `registry_url` was given)."""
-    return open_registry(settings.registry_url, settings.registry_named)
 
 
 def declare_model(settings: Settings, registry: Registry, *, name: str, source: str, owner_name: str,

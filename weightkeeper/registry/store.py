@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from weightkeeper.errors import ConfigError, ConflictError, InvalidInputError, NotFoundError, UnavailableError
 from weightkeeper.layout import REUSE_IF_EXISTS
-from weightkeeper.config import Workspace
+from weightkeeper.config import Settings, Workspace
 from weightkeeper.planning import Plan, capacity_problem, path_decision, workspace_usage
 from weightkeeper.registry.artifacts import ArtifactOps
 from weightkeeper.registry.budget import BudgetOps
@@ -316,6 +316,11 @@ def open_registry(url: str, announce_new: bool = False) -> Registry:
         raise UnavailableError(f"the registry at {_shown(url)} cannot be used: {why}") from e
 
 
+def registry_for(settings: Settings) -> Registry:
+    """The registry of `settings` (a SQLite file made anew is announced only when `registry_url` was given)."""
+    return open_registry(settings.registry_url, settings.registry_named)
+
+
 def _shown(url: str) -> str:
     """`url` as a message may show it: its password and query (which may carry one) hidden; only the scheme of a URL
     that does not parse, or whose password holds an unescaped '@'."""
@@ -561,9 +566,9 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
 
     def reconcile_state(self, track_interval: float = 3600) -> tuple[list[Model], dict[str, RunLease]]:
         """The models a pass may have to drive (those not Ready or Failed, those a run lease names, and Ready ones
-        due for a run that asks for their next commit or finishes a pending switch: `updates.update_due`) with their paths and leases, and the run leases by model
-        name, in three queries whatever the count (plain rows: no ORM object is built). A settled model costs
-        nothing here: its copies are read by `own_copies`."""
+        due for a run that asks for their next commit or finishes a pending switch: `updates.update_due`) with
+        their paths and leases, and the run leases by model name, in three queries whatever the count (plain rows: no
+        ORM object is built). A settled model costs nothing here: its copies are read by `own_copies`."""
         with self._tx() as s:
             leases: dict[str, dict[int, Lease]] = {kind: {} for kind in Kind}
             for lease in s.scalars(select(LeaseRow).where(LeaseRow.kind.in_([Kind.RUN, Kind.PATH, Kind.STAGING]))):
