@@ -509,7 +509,8 @@ MUTATIONS = {
     "bulk-check-follows-a-dir-link": (
         "weightkeeper/anchored.py", "        return self._parent[1].descend(name)",
         "        return Dir(os.open(self._parent[1].path(name), os.O_RDONLY | os.O_DIRECTORY), path)",
-        "tests/test_reconcile.py::test_the_bulk_check_never_follows_a_link_planted_in_a_copy"),
+        "tests/test_reconcile.py::test_the_bulk_check_never_follows_a_link_planted_in_a_copy "
+        "tests/test_guard.py::test_opening_paths_in_a_row_never_follows_a_link_planted_at_one"),
     "healthy-copy-repaired": (
         "tasks/verify.py", "    if not problems:\n        if not deep:\n            return \"checked\"",
         "    if not problems and not deep:\n        if not deep:\n            return \"checked\"",

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from weightkeeper.errors import CleanupError, UnsafePathError
-from weightkeeper.anchored import Dir
+from weightkeeper.errors import CleanupError, LinkInTheWayError, UnsafePathError
+from weightkeeper.anchored import Dir, PathOpener
 from weightkeeper.fsops import directory_size, remove_model_path
 from weightkeeper.guard import VolumeRule, check_removable, check_staged_prefix
 
@@ -118,6 +118,21 @@ def test_symlinked_parent_inside_volume_is_refused(volume, tmp_path):
     with pytest.raises(UnsafePathError, match="symlink"):
         remove_model_path(str(volume / "team" / "models" / "o--n"), [VolumeRule(str(volume))])
     assert (outside / "o--n").is_dir()
+
+
+def test_opening_paths_in_a_row_never_follows_a_link_planted_at_one(volume, tmp_path):
+    """The bulk check opens sibling paths from one parent: a path the attacker swapped for a link to a
+    look-alike outside is refused, never opened, and its sibling still opens."""
+    outside = tmp_path / "look-alike"
+    outside.mkdir()
+    (outside / "w.bin").write_bytes(b"1")
+    (volume / "models" / "a").mkdir()
+    (volume / "models" / "b").symlink_to(outside)
+    with PathOpener([VolumeRule(str(volume))]) as opener:
+        with opener.open(str(volume / "models" / "a")) as a:
+            assert a.where.endswith("/models/a")
+        with pytest.raises(LinkInTheWayError, match="symlink"):
+            opener.open(str(volume / "models" / "b"))
 
 
 def test_symlinked_volume_root_is_allowed(tmp_path):
