@@ -1257,8 +1257,8 @@ MUTATIONS = {
         "weightkeeper/s3.py", "response._content = response._content.replace(secret, b\"...\")",
         "response._content = response._content.replace(secret, secret)", "tests/test_s3_attacks.py::test_an_error_that_repeats_the_credentials_never_shows_them"),
     "s3-error-one-line": (
-        "weightkeeper/s3.py", "line = \" \".join(str(text or \"\").split())",
-        "line = str(text or \"\")", "tests/test_s3_attacks.py::test_an_error_that_repeats_the_credentials_never_shows_them"),
+        "weightkeeper/errors.py", "return line if len(line) <= SAID_CHARS else f\"{line[:SAID_CHARS]}...\"",
+        "return line", "tests/test_s3_attacks.py::test_an_error_that_repeats_the_credentials_never_shows_them"),
     "s3-staged-without-size": (
         "weightkeeper/s3.py", "return head.get(\"ContentLength\") == remote.size",
         "return head[\"ContentLength\"] == remote.size", "tests/test_s3_attacks.py::test_a_staged_object_answered_without_a_size_is_staged_again"),
@@ -1509,6 +1509,30 @@ MUTATIONS = {
     "new-registry-notice-for-the-default-too": (
         "weightkeeper/registry/store.py", "made = db if announce_new and not Path(db).exists() else None",
         "made = db if not Path(db).exists() else None", "tests/test_prefectserver.py::test_the_demo_starts_its_own_prefect_server_runs_the_lifecycle_and_stops_it"),
+    "progress-lines-every-message": (
+        "weightkeeper/cli.py", "(p.status != status or time.monotonic() - at >= LINE_SECONDS)",
+        "True", "tests/test_cli.py::test_progress_into_a_pipe_is_a_line_when_a_status_changes_and_messages_at_most_each_interval"),
+    "progress-lines-cut-at-80-columns": (
+        "weightkeeper/cli.py", "    made.soft_wrap = not made.is_terminal\n",
+        "", "tests/test_cli.py::test_create_list_get_delete"),
+    "hub-error-page-token-kept": (
+        "weightkeeper/hub.py", "            e.args = (str(e).replace(token, \"\u2026\"),)",
+        "            pass", "tests/test_hub_answers.py::test_an_error_page_that_repeats_the_token_never_carries_it_into_a_message"),
+    "hub-error-page-quoted-whole": (
+        "weightkeeper/hub.py", "disappeared from {where}: {said(error)}\"",
+        "disappeared from {where}: {error}\"", "tests/test_hub_answers.py::test_an_error_page_that_repeats_the_token_never_carries_it_into_a_message"),
+    "download-error-many-lines": (
+        "weightkeeper/errors.py", "    text = \" \".join(text.splitlines())\n",
+        "", "tests/test_hub_answers.py::test_an_error_page_that_repeats_the_token_never_carries_it_into_a_message"),
+    "download-error-unbounded": (
+        "weightkeeper/errors.py", "    return text if len(text) <= limit else text[: limit - 1] + \"\u2026\"",
+        "    return text", "tests/test_hub_answers.py::test_an_error_page_that_repeats_the_token_never_carries_it_into_a_message"),
+    "listing-values-unbounded": (
+        "weightkeeper/hub.py", "        if body.count(b\",\") + body.count(b\"[\") + body.count(b\"{\") > values:",
+        "        if False:", "tests/test_hub_answers.py::test_a_listing_that_drips_or_floods_is_cut"),
+    "listing-nesting-escapes": (
+        "weightkeeper/hub.py", "except (ValueError, TypeError, KeyError, RecursionError) as e:",
+        "except (ValueError, TypeError, KeyError) as e:", "tests/test_hub_answers.py::test_a_listing_nested_deeper_than_the_parser_goes_is_refused_in_one_line"),
 }
 
 

@@ -8,6 +8,9 @@ import subprocess
 import sys
 from argparse import Namespace
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 from conftest import expected_size, tiny_files
 from test_lifecycle import wait_until
@@ -34,7 +37,8 @@ def test_workspace_list(wk):
 def test_create_list_get_delete(wk, hub):
     files = tiny_files("cli")
     hub.add_repo("acme/cli", files)
-    out = cli(wk, "model", "create", "cli-model", "--source", "hf://acme/cli", "--workspace", "team-a", "--wait")
+    out = cli(wk, "model", "create", "cli-model", "--source", "hf://acme/cli", "--workspace", "team-a", "--wait",
+              COLUMNS="60")  # piped, a line is whole however narrow the terminal
     assert "Ready" in out.stdout
     listed = json.loads(cli(wk, "model", "list", "--json").stdout)
     assert [m["name"] for m in listed] == ["cli-model"]
@@ -45,9 +49,30 @@ def test_create_list_get_delete(wk, hub):
     assert path["sizeBytes"] == expected_size(files)
     assert path["path"] == str(wk.volumes["team-a"] / "models" / "acme--cli")
     assert "cli-model" in cli(wk, "model", "get", "cli-model").stdout
-    cli(wk, "model", "delete", "cli-model", "--wait")
+    where = f"team-a:{path['path']}"  # piped, progress is whole lines: a path's, each time its status changes
+    assert f"{where}: Ready: {path['sizeBytes']} bytes" in out.stderr.splitlines() and "…" not in out.stderr
+    assert f"{where}: released" in cli(wk, "model", "delete", "cli-model", "--wait", COLUMNS="60").stderr.splitlines()
     assert not Path(path["path"]).exists()
     assert json.loads(cli(wk, "model", "list", "--include-deleting", "--json").stdout) == []
+
+
+@pytest.mark.without_prefect_server
+def test_progress_into_a_pipe_is_a_line_when_a_status_changes_and_messages_at_most_each_interval(monkeypatch):
+    from weightkeeper import cli as cli_module
+
+    lines = []
+    monkeypatch.setattr(cli_module.err_console, "print", lambda text, **_: lines.append(text))
+    at = lambda status, message, done=0: SimpleNamespace(local_paths=[SimpleNamespace(  # noqa: E731
+        id=1, workspace="ws", path="/v/models/m", status=status, message=message, bytes_done=done, bytes_total=100)])
+    for interval, said in ((3600, 3), (0, 4)):
+        lines.clear()
+        monkeypatch.setattr(cli_module, "LINE_SECONDS", interval)
+        with cli_module._lines() as show:
+            for model in (at("Downloading", "1 of 2 files", 10), at("Downloading", "1 of 2 files", 20),
+                          at("Downloading", "2 of 2 files", 60), at("Ready", "100 bytes", 100), None, None):
+                show(model)
+        assert lines[0] == "ws:/v/models/m: Downloading (10 of 100 bytes): 1 of 2 files" and len(lines) == said, lines
+        assert lines[-2:] == ["ws:/v/models/m: Ready: 100 bytes", "ws:/v/models/m: released"], lines
 
 
 def test_background_delete_and_include_deleting(wk, hub, immutable):

@@ -9,6 +9,7 @@ import contextlib
 import datetime
 import gzip
 import ipaddress
+import json
 import logging
 import socket
 import ssl
@@ -29,7 +30,7 @@ from weightkeeper.tasks.snapshot import resolve_revision
 from weightkeeper.anchored import Dir
 from weightkeeper.config import S3Settings, load_settings
 from weightkeeper.download import Limits, RemoteFile, Snapshot, collision, fetch_files, shown
-from weightkeeper.errors import ConfigError, DownloadError
+from weightkeeper.errors import MESSAGE_LIMIT, ConfigError, DownloadError
 from weightkeeper.hub import check_access, hub_transfer, kind, model_info, resolve_snapshot, route
 from weightkeeper.hubserver import LISTING, HubServer
 from weightkeeper.layout import HfSource
@@ -363,7 +364,22 @@ def test_a_listing_that_drips_or_floods_is_cut(wk, hub, monkeypatch):
     wk.rewrite(hf_endpoint=hub.url, max_manifest_files=10)
     wk.declare("listing-flood", f"hf://{repo}", workspaces=["team-a"])
     assert ensure_model("listing-flood") == "Failed"
-    assert f"the listing is over {(1 << 20) + 4096 * 10} bytes (max_manifest_files 10)" in failed(wk, "listing-flood")
+    assert f"the listing is over {(1 << 20) + 1024 * 10} bytes (max_manifest_files 10)" in failed(wk, "listing-flood")
+
+    repo, _, _ = add(hub, "listing-bloat")  # within the bytes, but parsed, each `[]` would be an object
+    hub.tamper(repo, cardData={"padding": [[]] * 150_000})
+    wk.declare("listing-bloat", f"hf://{repo}", workspaces=["team-a"])
+    assert ensure_model("listing-bloat") == "Failed"
+    assert "the listing holds over 100160 values (max_manifest_files 10)" in failed(wk, "listing-bloat")
+
+
+def test_a_listing_nested_deeper_than_the_parser_goes_is_refused_in_one_line():
+    body = b"[" * 60_000 + b"]" * 60_000
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+    with raw_listing(head, body) as url:
+        with pytest.raises(DownloadError, match="the listing is not a model's") as e:
+            model_info(HfSource("acme/deep"), url, None, Limits())
+    assert e.value.permanent
 
 
 @contextlib.contextmanager
@@ -472,6 +488,53 @@ def test_a_file_the_hub_redirects_within_its_own_origin_is_found_on_the_same_con
     assert Path(wk.registry.get_model("renamed").local_paths[0].path, SHARD).read_bytes() == files[SHARD]
     asked = [r.status for r in hub.requests if r.method == "HEAD" and r.repo_id == repo and r.filename == SHARD]
     assert asked == [302, 200]  # no attempt failed and was retried
+
+
+@contextlib.contextmanager
+def echoing_hub() -> Iterator[str]:
+    """A Hub (or a proxy before it) whose error pages repeat the request's headers, over many lines: the listing's
+    404 in its body, a file's HEAD in `X-Error-Message`, as the Hub sends them."""
+    class Echo(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            said = f"no such entry; you sent {self.headers.get('Authorization')}" + "\nINFO forged log line" * 1000
+            body = json.dumps({"error": said}).encode() if self.command == "GET" else b""
+            self.send_response(404)
+            self.send_header("X-Error-Code", "EntryNotFound")
+            if self.command == "HEAD":
+                self.send_header("X-Error-Message", said.replace("\n", " ")[:4000])
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_HEAD = do_GET
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_error_page_that_repeats_the_token_never_carries_it_into_a_message():
+    """Whatever quotes the answer (the listing's error body, a file's error header), the DownloadError, and so
+    the registry, the logs and the run's state, holds one short line and never the token."""
+    token = "hf_ECHOEDsecret1234567890abcdef"
+    with echoing_hub() as url:
+        for call in (lambda: resolve_snapshot(HfSource("acme/echo"), url, token),
+                     lambda: check_access(HfSource("acme/echo", "a" * 40), "config.json", url, token)):
+            with pytest.raises(DownloadError, match="a file of acme/echo disappeared from") as e:
+                call()
+            assert token not in str(e.value) and "Bearer …" in str(e.value), str(e.value)
+            assert "\n" not in str(e.value) and len(str(e.value)) < 400, str(e.value)
+    flood = str(DownloadError("INFO forged log line\n" * 1000))  # whatever a message quotes: one line, bounded
+    assert "\n" not in flood and len(flood) == MESSAGE_LIMIT and flood.startswith("INFO forged log line INFO")
 
 
 def test_a_listing_sent_compressed_is_refused_before_it_is_inflated():

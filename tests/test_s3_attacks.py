@@ -16,7 +16,7 @@ from weightkeeper import s3
 from weightkeeper.anchored import Dir
 from weightkeeper.config import S3Settings
 from weightkeeper.download import NAME_CHARS, RemoteFile, Snapshot
-from weightkeeper.errors import CleanupError, DownloadError
+from weightkeeper.errors import SAID_CHARS, CleanupError, DownloadError
 from weightkeeper.layout import parse_s3_uri
 
 pytestmark = pytest.mark.without_prefect_server
@@ -290,7 +290,7 @@ def test_an_error_that_repeats_the_credentials_never_shows_them(fast, monkeypatc
     message = str(e.value)
     for secret in (token, key_id, "Signature="):
         assert secret not in message, message
-    assert "\n" not in message and len(message) < 2 * s3.SAID_CHARS + 100, message
+    assert "\n" not in message and len(message) < 2 * SAID_CHARS + 100, message
 
 
 def test_a_staged_object_answered_without_a_size_is_staged_again(fast):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import contextvars
 import getpass
 import json
@@ -32,8 +33,18 @@ from weightkeeper.registry.common import DELETING, READY
 from weightkeeper.registry.listing import DEFAULT_LIMIT, SORTS, ListQuery, Viewer
 from weightkeeper.service import declare_model, move_model, switch_revision
 
-console = Console(markup=False, emoji=False)  # what is printed quotes paths, messages and file names as they are
-err_console = Console(stderr=True, markup=False, emoji=False)
+
+
+def _console(stderr: bool = False) -> Console:
+    """What is printed quotes paths, messages and file names as they are (no markup). Into a file or another
+    program, a line is printed whole: never wrapped or cut at 80 columns."""
+    made = Console(stderr=stderr, markup=False, emoji=False)
+    made.soft_wrap = not made.is_terminal
+    return made
+
+
+console, err_console = _console(), _console(stderr=True)
+LINE_SECONDS = 10.0  # where progress is written as lines: at most this often per path while its status stays
 
 
 def _shown_on_terminal(record: logging.LogRecord) -> bool:
@@ -75,27 +86,63 @@ def follow(registry: Registry, name: str, work: Callable[[], object]) -> tuple[M
     thread = threading.Thread(target=contextvars.copy_context().run, args=(run,), name=f"flow-{name}", daemon=True)
     _quiet_prefect_console()
     thread.start()
-    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), DownloadColumn(),
-                  TransferSpeedColumn(), TextColumn("{task.fields[status]}", markup=False), console=err_console,
-                  transient=False) as progress:
-        bars: dict[int, int] = {}
+    with (_bars if err_console.is_terminal else _lines)() as show:
         while True:
             alive = thread.is_alive()
-            model = registry.find_model(name)
-            if model is None:
-                for bar in bars.values():
-                    progress.update(bar, status="released")
-            for p in model.local_paths if model else []:
-                if p.id not in bars:
-                    bars[p.id] = progress.add_task(f"{p.workspace}:{p.path}", total=None, status="")
-                progress.update(bars[p.id], completed=p.bytes_done, total=p.bytes_total or None,
-                                status=f"{p.status} {p.message}"[:80])
+            show(registry.find_model(name))
             if not alive:
                 break
             time.sleep(0.5)
     if outcome and not isinstance(outcome[0], Exception):
         raise outcome[0]
     return registry.find_model(name), outcome[0] if outcome else None
+
+
+Show = Callable[[Model | None], None]  # shows the model's paths (None: the model is gone, its paths released)
+
+
+@contextlib.contextmanager
+def _bars() -> Iterator[Show]:
+    """Progress on a terminal: a bar per path, with its status and message."""
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), DownloadColumn(),
+                  TransferSpeedColumn(), TextColumn("{task.fields[status]}", markup=False), console=err_console,
+                  transient=False) as progress:
+        bars: dict[int, int] = {}
+
+        def show(model: Model | None) -> None:
+            for p in model.local_paths if model else []:
+                if p.id not in bars:
+                    bars[p.id] = progress.add_task(f"{p.workspace}:{p.path}", total=None, status="")
+                progress.update(bars[p.id], completed=p.bytes_done, total=p.bytes_total or None,
+                                status=f"{p.status} {p.message}"[:80])
+            for bar in bars.values() if model is None else []:
+                progress.update(bar, status="released")
+
+        yield show
+
+
+@contextlib.contextmanager
+def _lines() -> Iterator[Show]:
+    """Progress into a file or another program (a log, CI): a whole line for a path when its status changes, and
+    when its message does, at most every LINE_SECONDS while its status stays."""
+    said: dict[int, tuple[str, str, str, float]] = {}  # path id -> where, status, message, when said
+
+    def say(key: int, where: str, status: str, message: str, count: str = "") -> None:
+        said[key] = where, status, message, time.monotonic()
+        err_console.print(f"{where}: {status}{count}" + (f": {message}" if message else ""), highlight=False)
+
+    def show(model: Model | None) -> None:
+        for key, (where, status, _, _) in list(said.items()) if model is None else []:
+            if status != "released":
+                say(key, where, "released", "")
+        for p in model.local_paths if model else []:
+            _, status, message, at = said.get(p.id, ("", "", "", 0.0))
+            if (p.status, p.message) != (status, message) and \
+                    (p.status != status or time.monotonic() - at >= LINE_SECONDS):
+                done = f" ({p.bytes_done} of {p.bytes_total} bytes)" if p.bytes_done < (p.bytes_total or 0) else ""
+                say(p.id, f"{p.workspace}:{p.path}", p.status, p.message, done)
+
+    yield show
 
 
 def start_in_background(settings: Settings, flow: str, name: str) -> str:

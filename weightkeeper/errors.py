@@ -7,6 +7,22 @@ _URL = re.compile(r"(https?://)(?:[^\s/?#@'\"<>]*@)?([^\s?#'\"<>]*)([?#][^\s'\"<
 _PATH = re.compile(r"((?<![^\s'\"(=,])/[^\s?#'\"<>]*)[?#][^\s'\"<>)]*")  # a bare path, its query: "url: /p?q"
 
 
+MESSAGE_LIMIT = 2000  # characters of a message: the registry keeps no more, and a DownloadError says no more
+SAID_CHARS = 200  # of what a server said (or its client library said of the answer), quoted in a message
+
+
+def said(text: object) -> str:
+    """What a server said, quoted in a message: one line of at most SAID_CHARS characters."""
+    line = " ".join(str(text or "").split())
+    return line if len(line) <= SAID_CHARS else f"{line[:SAID_CHARS]}..."
+
+
+def one_line(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """`text` on one line (its line breaks become spaces), cut to `limit` characters."""
+    text = " ".join(text.splitlines())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def redact_urls(text: str) -> str:
     """`text` with every URL's user info, query and fragment dropped: signed URLs carry credentials there."""
     return _PATH.sub(lambda m: m[1] + "?…", _URL.sub(lambda m: m[1] + m[2] + ("?…" if m[3] else ""), text))
@@ -63,11 +79,11 @@ class ConflictError(WeightkeeperError):
 
 
 class DownloadError(WeightkeeperError):
-    """A download failed. `permanent` errors are not retried. Its message names no URL's query (`redact_urls`): it
-    reaches logs, Prefect states and the registry."""
+    """A download failed. `permanent` errors are not retried. Its message is one line (`one_line`: whatever a server
+    said in it) and names no URL's query (`redact_urls`): it reaches logs, Prefect states and the registry."""
 
     def __init__(self, message: str, permanent: bool = False):
-        super().__init__(redact_urls(message))
+        super().__init__(one_line(redact_urls(message)))
         self.permanent = permanent
 
 

@@ -31,7 +31,7 @@ import socket
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from typing import NamedTuple, TypeVar
 from urllib.parse import quote, urljoin, urlsplit
 
@@ -62,14 +62,15 @@ from weightkeeper.download import (
     safe_repo_path,
     shown,
 )
-from weightkeeper.errors import DownloadError
+from weightkeeper.errors import DownloadError, said
 from weightkeeper.hubbudget import UNMETERED, HubBudget, Throttled, budget_key
 from weightkeeper.layout import HfSource, copy_name
 from weightkeeper.planning import select_files
 from weightkeeper.watchdog import BodyRefused, Pace, current, read_body, read_whole
 
 API_TIMEOUT_SECONDS = 30.0
-LISTING_BYTES, LISTING_BYTES_PER_FILE = 1 << 20, 4096  # what a revision's listing may hold
+LISTING_BYTES, LISTING_BYTES_PER_FILE = 1 << 20, 1024  # what a revision's listing may hold
+LISTING_VALUES, LISTING_VALUES_PER_FILE = 100_000, 16  # and how many JSON values: parsed, each is an object
 FRAMING = ("content-encoding", "content-length", "transfer-encoding")  # of the bytes as read, not of the body kept
 MAX_REDIRECTS = 5
 # urllib3 retries connecting; redirects are followed here, each checked (`route`); a body
@@ -292,7 +293,7 @@ def hub_error(error: Exception, source: HfSource, endpoint: str | None) -> Downl
         return DownloadError(f"revision {source.revision!r} does not exist in {source.repo_id} on {where}",
                              permanent=True)
     if isinstance(error, RemoteEntryNotFoundError):
-        return DownloadError(f"a file of {source.repo_id} disappeared from {where}: {error}", permanent=True)
+        return DownloadError(f"a file of {source.repo_id} disappeared from {where}: {said(error)}", permanent=True)
     if isinstance(error, HfHubHTTPError):
         return status_error(error.response.status_code if error.response is not None else None, source, endpoint)
     if isinstance(error, (httpx2.HTTPError, urllib3.exceptions.HTTPError)):
@@ -316,6 +317,18 @@ def _hub_call(call: Callable[[], R], source: HfSource, endpoint: str | None) -> 
         raise hub_error(e, source, endpoint) from None
 
 
+@contextlib.contextmanager
+def _token_kept_out(token: str | None) -> Iterator[None]:
+    """A server may repeat what it was sent (a proxy echoing a request's headers into its error page): an error
+    raised within never carries the token, whatever part of the answer it quotes."""
+    try:
+        yield
+    except DownloadError as e:
+        if token and token in str(e):
+            e.args = (str(e).replace(token, "…"),)
+        raise
+
+
 def _bucket(url: str) -> str:
     return "api" if urlsplit(url).path.startswith("/api/") else "resolve"
 
@@ -325,6 +338,12 @@ def resolve_snapshot(source: HfSource, endpoint: str | None, token: str | None, 
                      exclude: list[str] | None = None, redirect_hosts: Collection[str] = ()) -> Snapshot:
     """One request: the commit of the revision (a 40-hex revision as is) and the files to fetch (`select_files`
     with the model's patterns), checked."""
+    with _token_kept_out(token):
+        return _resolve(source, endpoint, token, limits, budget, include, exclude, redirect_hosts)
+
+
+def _resolve(source: HfSource, endpoint: str | None, token: str | None, limits: Limits, budget: HubBudget,
+             include: list[str] | None, exclude: list[str] | None, redirect_hosts: Collection[str]) -> Snapshot:
     home = endpoint or constants.ENDPOINT
     info = budget.call(budget_key(home, token), "api", lambda: _hub_call(
         lambda: model_info(source, home, token, limits, redirect_hosts), source, endpoint),
@@ -352,7 +371,7 @@ def model_info(source: HfSource, home: str, token: str | None, limits: Limits,
     """The revision's commit and files (`/api/models/<repo>/revision/<rev>?blobs=true` on the endpoint `home`), as
     `HfApi.model_info` asks, but bounded: a redirect is followed only by `route`, and with the token only within
     `home`'s origin (a renamed repository); the answer may take API_TIMEOUT_SECONDS in all and hold LISTING_BYTES
-    plus LISTING_BYTES_PER_FILE per `max_manifest_files`."""
+    plus LISTING_BYTES_PER_FILE per `max_manifest_files`, and as many JSON values (LISTING_VALUES...)."""
     url = f"{home}/api/models/{source.repo_id}/revision/{quote(source.revision, safe='')}?blobs=true"
     headers = {**build_hf_headers(token=token or False, library_name="weightkeeper"), "Accept-Encoding": "identity"}
     anonymous = {k: v for k, v in headers.items() if k.lower() != "authorization"}
@@ -385,9 +404,13 @@ def model_info(source: HfSource, home: str, token: str | None, limits: Limits,
         kept = {k: v for k, v in response.headers.items() if k.lower() not in FRAMING}
         hf_raise_for_status(httpx2.Response(response.status, headers=kept, content=body,
                                             request=httpx2.Request("GET", to.url)))  # an error's body is its message
+        values = LISTING_VALUES + LISTING_VALUES_PER_FILE * limits.max_manifest_files
+        if body.count(b",") + body.count(b"[") + body.count(b"{") > values:  # parsed, a small answer can take GiBs
+            raise DownloadError(f"refusing {where}: the listing holds over {values} values (max_manifest_files "
+                                f"{limits.max_manifest_files})", permanent=True)
         try:
             return ModelInfo(**json.loads(body))
-        except (ValueError, TypeError, KeyError) as e:
+        except (ValueError, TypeError, KeyError, RecursionError) as e:
             raise DownloadError(f"refusing {where}: the listing is not a model's ({shown(str(e))})",
                                 permanent=True) from None
     raise DownloadError(f"{home} redirected the listing of {where} more than {MAX_REDIRECTS} times; will retry")
@@ -436,8 +459,10 @@ def check_access(source: HfSource, path: str, endpoint: str | None, token: str |
     the repository's files: a DownloadError as a download would raise otherwise (gated, private, gone)."""
     url = hf_hub_url(source.repo_id, path, revision=source.revision, endpoint=endpoint)
     home = endpoint or constants.ENDPOINT
-    budget.call(budget_key(home, token), "resolve", lambda: _hub_call(lambda: locate_file(url, token, home), source,
-                                                                      endpoint), f"{path} of {source.repo_id}")
+    with _token_kept_out(token):
+        budget.call(budget_key(home, token), "resolve",
+                    lambda: _hub_call(lambda: locate_file(url, token, home), source, endpoint),
+                    f"{path} of {source.repo_id}")
 
 
 def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str | None,
@@ -535,6 +560,7 @@ def fetch_snapshot(source: HfSource, snapshot: Snapshot, target: Dir, endpoint: 
                    on_progress: Callable[[int], None], deadline: float, pace: Pace = Pace(),
                    redirect_hosts: Collection[str] = (), budget: HubBudget = UNMETERED) -> int:
     """`fetch_files` from the Hub."""
-    return fetch_files(snapshot, target, hub_transfer(source, snapshot.commit, endpoint, token, redirect_hosts,
-                                                      budget),
-                       on_progress, deadline, f"{source.repo_id}@{snapshot.commit[:12]}", pace)
+    with _token_kept_out(token):
+        return fetch_files(snapshot, target, hub_transfer(source, snapshot.commit, endpoint, token, redirect_hosts,
+                                                          budget),
+                           on_progress, deadline, f"{source.repo_id}@{snapshot.commit[:12]}", pace)

@@ -44,7 +44,7 @@ from weightkeeper.download import (
     safe_repo_path,
     shown,
 )
-from weightkeeper.errors import CleanupError, DownloadError
+from weightkeeper.errors import CleanupError, DownloadError, said
 from weightkeeper.hub import HeadersInTime
 from weightkeeper.layout import S3Source, copy_name, parse_s3_uri
 from weightkeeper.planning import select_files
@@ -66,7 +66,6 @@ ANSWER_BYTES = 16 << 20  # an answer read whole (a listing page, an error; never
 ANSWER_SECONDS = 300.0  # and its body arrives within this (CompleteMultipartUpload keeps the line open with spaces)
 LIST_SECONDS = 600.0  # a whole listing, page after page
 MALFORMED = (KeyError, TypeError, ValueError)  # what botocore's parser and handlers raise on an answer out of shape
-SAID_CHARS = 200  # of what an S3 server says in an error, in a message
 SENT_SECRETS = re.compile(r"(?:Credential=|Signature=)([^/,\s]+)")  # of a request's Authorization header
 
 
@@ -142,12 +141,6 @@ def _sent_secrets(headers) -> list[bytes]:
     return [v.encode() if isinstance(v, str) else v for v in found if v]
 
 
-def _said(text: object) -> str:
-    """What an S3 server said, as one line of at most SAID_CHARS characters."""
-    line = " ".join(str(text or "").split())
-    return line if len(line) <= SAID_CHARS else f"{line[:SAID_CHARS]}..."
-
-
 def make_client(s3: S3Settings, credentials: dict | None = None):
     """An S3 client for `s3`; `credentials` (from an `AwsCredentials` block) or boto3's own chain (environment,
     profile, instance role). Checksums only where S3 requires them, so S3-compatible servers work."""
@@ -172,8 +165,8 @@ def s3_error(error: Exception, what: str) -> DownloadError:
         code = error.response.get("Error", {}).get("Code", "")
         status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         permanent = code in PERMANENT_CODES or status in (400, 401, 403, 404)
-        return DownloadError(f"S3 answered {_said(code or status)} for {what}: "
-                             f"{_said(error.response.get('Error', {}).get('Message'))}; "
+        return DownloadError(f"S3 answered {said(code or status)} for {what}: "
+                             f"{said(error.response.get('Error', {}).get('Message'))}; "
                              f"{'fix the bucket, prefix or credentials' if permanent else 'will retry'}",
                              permanent=permanent)
     if isinstance(error, MALFORMED):
@@ -300,7 +293,7 @@ def s3_transfer(client, uri: str) -> Transfer:
             if not response.get("ContentRange", "").startswith(f"bytes {start}-"):
                 raise DownloadError(f"S3 did not honour a Range request for {what}; will retry")
             if _changed(response, remote):
-                raise DownloadError(f"{what} changed since it was listed (its ETag is {_said(response.get('ETag'))}, "
+                raise DownloadError(f"{what} changed since it was listed (its ETag is {said(response.get('ETag'))}, "
                                     f"not the MD5 {remote.md5}); delete the model and declare it again to fetch "
                                     "the new objects", permanent=True)
             with current().abortable(raw.shutdown):
@@ -408,8 +401,8 @@ def delete_prefix(client, bucket: str, prefix: str, limits: Limits) -> int:
             if errors := response.get("Errors"):
                 first = errors[0]
                 raise CleanupError(f"S3 refused to delete {len(errors)} object(s) under {uri}: "
-                                   f"{_said(first.get('Key'))}: {_said(first.get('Code'))} "
-                                   f"{_said(first.get('Message'))}".rstrip())
+                                   f"{said(first.get('Key'))}: {said(first.get('Code'))} "
+                                   f"{said(first.get('Message'))}".rstrip())
         left = _call(client.list_objects_v2, uri, Bucket=bucket, Prefix=prefix, MaxKeys=1).get("KeyCount", 0)
     except (BotoCoreError, ClientError, DownloadError) as e:
         reason = e if isinstance(e, DownloadError) else s3_error(e, uri)

@@ -10,13 +10,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from weightkeeper.errors import redact_urls
+from weightkeeper.errors import MESSAGE_LIMIT, redact_urls
 from weightkeeper.phase import PathStatus, Phase
 
 PENDING, DOWNLOADING, READY, FAILED = Phase.PENDING, Phase.DOWNLOADING, Phase.READY, Phase.FAILED  # paths' too
 STAGING, DELETING = Phase.STAGING, Phase.DELETING
 WAITING, CLEANING = PathStatus.WAITING, PathStatus.CLEANING
-MESSAGE_LIMIT = 2000
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
