@@ -16,9 +16,10 @@ from weightkeeper.context import current
 
 @flow(name=DELETE_FLOW, flow_run_name="delete-{name}")
 @holds_run_lease(DELETE_FLOW)
-def delete_model(name: str) -> str:
+def delete_model(name: str, bound: str | None = None) -> str:
     """Mark Deleting, stop downloads and staging, clean each path (guarded, retried), collect shared copies no
-    one uses any more, remove the staged S3 copy (retried), release. Never releases early."""
+    one uses any more, remove the staged S3 copy (retried), release. Never releases early. `bound`: the model a
+    started run is for (`runs.start_deployment`), which `holds_run_lease` checks."""
     logger = get_run_logger()
     settings, registry = current()
     model = registry.find_model(name)

@@ -21,9 +21,10 @@ from weightkeeper.context import current
 
 @flow(name=ENSURE_FLOW, flow_run_name="ensure-{name}", log_prints=True)
 @holds_run_lease(ENSURE_FLOW)
-def ensure_model(name: str) -> str:
+def ensure_model(name: str, bound: str | None = None) -> str:
     """Resolve the revision, download into each target path (capped by the global limit), record sizes; for a
-    Ready model that follows a branch, was asked for another revision, or has a switch left pending, `follow` it."""
+    Ready model that follows a branch, was asked for another revision, or has a switch left pending, `follow` it.
+    `bound`: the model a started run is for (`runs.start_deployment`), which `holds_run_lease` checks."""
     logger = get_run_logger()
     settings, registry = current()
     model = registry.get_model(name)

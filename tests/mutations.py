@@ -1533,6 +1533,24 @@ MUTATIONS = {
     "listing-nesting-escapes": (
         "weightkeeper/hub.py", "except (ValueError, TypeError, KeyError, RecursionError) as e:",
         "except (ValueError, TypeError, KeyError) as e:", "tests/test_hub_answers.py::test_a_listing_nested_deeper_than_the_parser_goes_is_refused_in_one_line"),
+    "run-reserved-by-name-alone": (
+        "weightkeeper/registry/runs.py", "model = self._model(s, name, seen=seen)  # locked",
+        "model = self._model(s, name)  # locked", "tests/test_tenancy.py::test_a_delete_or_retry_never_lands_on_the_model_declared_under_its_name_since"),
+    "api-starts-a-run-by-name-alone": (
+        "weightkeeper/api.py", "run_key(flow, model, caller, key),\n                                      seen=model)",
+        "run_key(flow, model, caller, key))", "tests/test_tenancy.py::test_a_delete_or_retry_never_lands_on_the_model_declared_under_its_name_since"),
+    "run-acts-on-whatever-holds-its-name": (
+        "weightkeeper/runs.py", "if bound and (seen is None or bound_to(seen) != bound):",
+        "if False:", "tests/test_tenancy.py::test_a_run_started_for_a_model_leaves_the_one_declared_under_its_name_since_alone"),
+    "run-started-with-its-name-alone": (
+        "weightkeeper/runs.py", "parameters={\"name\": name, \"bound\": bound_to(seen)}",
+        "parameters={\"name\": name}", "tests/test_tenancy.py::test_a_run_started_for_a_model_leaves_the_one_declared_under_its_name_since_alone"),
+    "create-tells-a-hidden-models-phase": (
+        "weightkeeper/registry/store.py", "if sees is not None and not sees(_view(existing)):",
+        "if False:", "tests/test_tenancy.py::test_create_refuses_a_name_taken_by_a_model_the_caller_cannot_see_without_saying_its_phase"),
+    "api-create-sees-every-model": (
+        "weightkeeper/api.py", "sees=lambda m: visible(m, caller, settings))",
+        "sees=None)", "tests/test_tenancy.py::test_create_refuses_a_name_taken_by_a_model_the_caller_cannot_see_without_saying_its_phase"),
 }
 
 

@@ -287,29 +287,129 @@ def test_a_create_repeated_with_its_key_answers_with_its_model_and_no_other_does
     assert r.status_code == 409 and r.json()["code"] == "ResourceProcessing", r.text
 
 
-@pytest.mark.parametrize("action", ["delete", "retry"])
-def test_a_delete_or_retry_never_lands_on_the_model_declared_under_its_name_since(api, monkeypatch, action):
-    """Bob's request passes the owner check for his model `swap`; before it acts, his model is released and alice
-    declares `swap`: the request answers 404 and her model is untouched (the check and the act are one)."""
-    assert api.create("swap", "hf://acme/bobs", "bob", workspaces=["team-a"]).status_code == 201
-    api.registry.set_phase("swap", "Failed", "as a failed download leaves it")
-    real = getattr(type(api.registry), f"{'mark_deleting' if action == 'delete' else 'retry_model'}")
+@pytest.fixture
+def runs_started(monkeypatch) -> list[dict]:
+    """Prefect accepts every run `start_deployment` starts (a worker runs it later, by its parameters)."""
+    import uuid
+    from types import SimpleNamespace
 
-    def swapped(self, name, *args, **kw):
-        with self.engine.begin() as conn:
-            conn.execute(text("DELETE FROM local_paths WHERE model_id IN (SELECT id FROM models WHERE name = 'swap')"))
-            conn.execute(text("DELETE FROM models WHERE name = 'swap'"))
-        assert api.create("swap", "hf://acme/alices", workspaces=["team-a"]).status_code == 201
-        self.set_phase("swap", "Failed", "hers")
-        monkeypatch.setattr(type(self), real.__name__, real)
-        return real(self, name, *args, **kw)
+    import weightkeeper.runs
 
-    monkeypatch.setattr(type(api.registry), real.__name__, swapped)
-    r = api.call(*(("DELETE", "/api/v1/models/swap") if action == "delete" else ("POST", "/api/v1/models/swap/retry")),
-                 "bob")
-    assert r.status_code == 404 and r.json() == {"code": "NotFound", "message": "model 'swap' does not exist"}, r.text
+    started: list[dict] = []
+
+    def run_deployment(name, parameters, **_):
+        started.append(parameters)
+        return SimpleNamespace(id=uuid.uuid4())
+
+    monkeypatch.setattr(weightkeeper.runs, "run_deployment", run_deployment)
+    return started
+
+
+def _release_and_declare_hers(api, runs_started: list[dict]) -> None:
+    """Bob's model `swap` is released (as its delete run's release_model does) and alice declares `swap`: Failed,
+    with no run working on it (hers started none)."""
+    with api.registry.engine.begin() as conn:
+        conn.execute(text("DELETE FROM leases"))
+        conn.execute(text("DELETE FROM local_paths WHERE model_id IN (SELECT id FROM models WHERE name = 'swap')"))
+        conn.execute(text("DELETE FROM models WHERE name = 'swap'"))
+    assert api.create("swap", "hf://acme/alices", workspaces=["team-a"]).status_code == 201
+    with api.registry.engine.begin() as conn:
+        conn.execute(text("DELETE FROM leases"))
+    runs_started.clear()
+    api.registry.set_phase("swap", "Failed", "hers")
+
+
+def _untouched(api) -> None:
+    from weightkeeper.registry.leases import Kind
+
     model = api.registry.get_model("swap")
     assert (model.owner_name, model.phase, model.message) == ("alice", "Failed", "hers")
+    assert api.registry.lease_of(Kind.RUN, model.id) is None
+
+
+REQUESTS = {"delete": ("DELETE", "/api/v1/models/swap", 202), "retry": ("POST", "/api/v1/models/swap/retry", 202),
+            "create": ("POST", "/api/v1/models", 201)}
+
+
+@pytest.mark.parametrize("action, when", [("delete", "act"), ("retry", "act")] + [
+    (action, when) for when in ("start", "reserve") for action in ("delete", "retry", "create")])
+def test_a_delete_or_retry_never_lands_on_the_model_declared_under_its_name_since(api, monkeypatch, runs_started,
+                                                                                  action, when):
+    """Bob's request passes the owner check for his model `swap` (or declares it); before it acts, or after it
+    acted and before it starts its run (or reserves it), his model is released and alice declares `swap`. Before
+    the act: 404; after: no run starts (the answer says his model was released). Either way her model is
+    untouched: no run reserved on it, none started."""
+    if action != "create":
+        assert api.create("swap", "hf://acme/bobs", "bob", workspaces=["team-a"]).status_code == 201
+        api.registry.set_phase("swap", "Failed", "as a failed download leaves it")
+    import weightkeeper.api
+
+    owner, name = {"act": (type(api.registry), "mark_deleting" if action == "delete" else "retry_model"),
+                   "start": (weightkeeper.api, "start_deployment"), "reserve": (type(api.registry), "claim_run")}[when]
+    real = getattr(owner, name)
+
+    def swapped(*args, **kw):
+        monkeypatch.setattr(owner, name, real)
+        _release_and_declare_hers(api, runs_started)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(owner, name, swapped)
+    method, url, code = REQUESTS[action]
+    body = {"json": {"name": "swap", "source": "hf://acme/bobs", "workspaces": ["team-a"]}} if action == "create" else {}
+    r = api.call(method, url, "bob", **body)
+    if when == "act":
+        assert r.status_code == 404 and r.json() == {"code": "NotFound", "message": "model 'swap' does not exist"}, r.text
+    else:
+        flow = "delete-model" if action == "delete" else "ensure-model"
+        assert r.status_code == code and r.json()["run"] == {
+            "flowRunId": None, "message": f"model 'swap' was released meanwhile; no {flow} run started"}, r.text
+    assert runs_started == []
+    _untouched(api)
+
+
+@pytest.mark.parametrize("action", ["delete", "create"])
+def test_a_run_started_for_a_model_leaves_the_one_declared_under_its_name_since_alone(api, runs_started, action):
+    """Bob's request starts a run for his model `swap`; before a worker runs it, his model is released (another
+    delete run's work) and alice declares `swap`. The run, as a worker runs it, returns Released and leaves her model
+    alone: not marked Deleting, no path cleaned, no lease taken, nothing ensured."""
+    from weightkeeper.context import use
+    from weightkeeper.flows.delete_model import delete_model
+    from weightkeeper.flows.ensure_model import ensure_model
+    from weightkeeper.runs import run_here
+
+    assert api.create("swap", "hf://acme/bobs", "bob", workspaces=["team-a"]).status_code == 201
+    if action == "delete":
+        assert api.call("DELETE", "/api/v1/models/swap", "bob").status_code == 202
+    bobs = runs_started[-1]
+    assert bobs["name"] == "swap" and bobs["bound"]
+    _release_and_declare_hers(api, runs_started)
+    use(api.env.settings)
+    assert run_here(delete_model if action == "delete" else ensure_model, bobs["name"], bobs["bound"]) == "Released"
+    _untouched(api)
+    hers = api.registry.get_model("swap")
+    assert [(p.status, p.owned) for p in hers.local_paths] == [("Pending", False)]
+
+
+def test_create_refuses_a_name_taken_by_a_model_the_caller_cannot_see_without_saying_its_phase(api):
+    """Names are global, so bob's create of a name alice's private model holds is refused; the refusal says only that
+    the name is taken (one answer whether her model is live or being deleted), as a GET of it answers 404."""
+    assert api.create("alice-secret", "hf://acme/secret", workspaces=["alice-ws"]).status_code == 201
+    taken = {"code": "AlreadyExists", "message": "the name 'alice-secret' is taken; choose another"}
+    assert api.call("GET", "/api/v1/models/alice-secret", "bob").status_code == 404
+    for phase in ("Pending", "Deleting"):
+        if phase == "Deleting":
+            api.registry.mark_deleting("alice-secret")
+        r = api.create("alice-secret", "hf://acme/anything", "bob", workspaces=["team-a"])
+        assert (r.status_code, r.json()) == (409, taken), (phase, r.text)
+        # the owner and an admin are told what it is, as before
+        r = api.create("alice-secret", "hf://acme/anything", "alice", workspaces=["alice-ws"])
+        assert r.status_code == 409 and r.json()["code"] == {"Pending": "AlreadyExists",
+                                                             "Deleting": "ResourceProcessing"}[phase], r.text
+        r = api.create("alice-secret", "hf://acme/anything", "root", workspaces=["team-a"])
+        assert r.json()["message"] != taken["message"], r.text
+    assert api.create("alice-public", "hf://acme/open", workspaces=["team-a"]).status_code == 201
+    r = api.create("alice-public", "hf://acme/anything", "bob", workspaces=["team-a"])  # one bob sees: said as is
+    assert (r.status_code, r.json()) == (409, {"code": "AlreadyExists", "message": "model 'alice-public' already exists"})
 
 
 def test_a_run_key_is_bound_to_the_model_declared_even_where_its_id_is_reused(api):

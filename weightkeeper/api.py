@@ -219,8 +219,12 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         return model
 
     def start(flow: str, model: Model, caller: User, key: str | None) -> dict:
+        """Start `flow` for that very model (one declared since under its name is left alone)."""
         try:
-            run_id = start_deployment(registry, settings, flow, model.name, run_key(flow, model, caller, key))
+            run_id = start_deployment(registry, settings, flow, model.name, run_key(flow, model, caller, key),
+                                      seen=model)
+        except NotFoundError:
+            return _run(None, f"model {model.name!r} was released meanwhile; no {flow} run started")
         except NoDeployment as e:
             return _run(None, f"{e}; the next reconcile pass starts it")
         except (httpx.HTTPError, OSError) as e:  # recorded all the same: reconcile starts what is due
@@ -242,7 +246,8 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         """Declare a model owned by the caller and start ensure-model. The same request repeated with its
         `Idempotency-Key` (same caller, same body) answers with the model it declared, while that model lives.
         403 for a token block or S3 prefix the caller may not use; 409 `ResourceProcessing` while a deleting
-        model still holds a target path; 409 `AlreadyExists` when live models hold them all; 409
+        model still holds a target path; 409 `AlreadyExists` when the name is taken (by a model the caller may not
+        see: only that it is) or live models hold them all; 409
         `InsufficientCapacity` when its size would take a workspace past its `capacity_bytes` (such a model is
         resolved now to know it: 503 if its source cannot be asked)."""
         if reason := refusal(caller, body.source, body.tokenBlock):
@@ -253,7 +258,8 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
                               token_block=body.tokenBlock, download_policy=body.downloadPolicy,
                               keep_files=body.keepFiles, include=body.include, exclude=body.exclude,
                               track=body.track, names_others=caller.admin,
-                              request_key=key and request_key(caller, key, body))
+                              request_key=key and request_key(caller, key, body),
+                              sees=lambda m: visible(m, caller, settings))
         if model.created_at < received:  # this request repeated: its model as it is now, no run started again
             return {**view(model, caller), "run": _run(None, "a repeat of the request that declared the model")}
         return {**view(model, caller), "run": start(ENSURE_FLOW, model, caller, key)}

@@ -24,7 +24,7 @@ from prefect.states import Crashed
 from weightkeeper.config import Settings, deployment_name
 from weightkeeper.errors import NotFoundError
 from weightkeeper.lease import renewed
-from weightkeeper.registry import Holder, Registry
+from weightkeeper.registry import Holder, Model, Registry
 from weightkeeper.registry.common import utcnow
 from weightkeeper.registry.leases import Kind, Lease, abandoned
 from weightkeeper.registry.runs import RESERVATION_SECONDS, RESERVED, reservation
@@ -103,24 +103,34 @@ class NoDeployment(Exception):
     """The flow is not deployed (no `weightkeeper serve`): nothing can run it in a work pool."""
 
 
+def bound_to(model: Model) -> str:
+    """The model a started run is for: its registry id and creation time (SQLite may give a model declared
+    since under its name the same id, never the same creation time)."""
+    return f"{model.id}@{model.created_at.isoformat()}"
+
+
 def reserve(registry: Registry, settings: Settings, flow: str, name: str, key: str,
-            phases: tuple[str, ...] | None = None) -> str | None:
-    """Reserve the model's run lease for a run about to start (while the model is in one of `phases`);
-    what prevents it otherwise (a fresh lease's holder, or `phase <phase>`)."""
-    blocker = registry.claim_run(name, flow, reservation(key), settings.lease_seconds, phases)
+            phases: tuple[str, ...] | None = None, seen: Model | None = None) -> str | None:
+    """Reserve the model's run lease for a run about to start (while the model is in one of `phases`, and with
+    `seen`, only while it is that very model: NotFoundError otherwise); what prevents it otherwise (a fresh
+    lease's holder, or `phase <phase>`)."""
+    blocker = registry.claim_run(name, flow, reservation(key), settings.lease_seconds, phases, seen)
     return blocker.describe() if isinstance(blocker, Lease) else blocker
 
 
 def start_deployment(registry: Registry, settings: Settings, flow: str, name: str, key: str,
-                     phases: tuple[str, ...] | None = None) -> str | None:
+                     phases: tuple[str, ...] | None = None, seen: Model | None = None) -> str | None:
     """Start the `flow` deployment for a model unless a run already works on it (or the model left
     `phases`); the new flow run id. `key` is the idempotency key: one request never creates two runs.
+    The run is bound to the model reserved (`seen`, or the one of that name now): it leaves alone a model
+    declared under the name by the time it runs. NotFoundError when the model is gone (or is not `seen`).
     """
-    if reserve(registry, settings, flow, name, key, phases):
+    seen = seen or registry.get_model(name)
+    if reserve(registry, settings, flow, name, key, phases, seen):
         return None
     try:
-        run = run_deployment(deployment_name(flow), parameters={"name": name}, timeout=0, idempotency_key=key,
-                             flow_run_name=f"{flow.split('-')[0]}-{name}")
+        run = run_deployment(deployment_name(flow), parameters={"name": name, "bound": bound_to(seen)}, timeout=0,
+                             idempotency_key=key, flow_run_name=f"{flow.split('-')[0]}-{name}")
     except BaseException as e:  # no run was started: free the reservation at once (a run that was takes it over)
         registry.release_run(name, reservation(key))
         if isinstance(e, ObjectNotFound):
@@ -131,13 +141,15 @@ def start_deployment(registry: Registry, settings: Settings, flow: str, name: st
     return str(run.id)
 
 
-def _claim(registry: Registry, settings: Settings, name: str, flow: str, holder: Holder) -> Lease | str | None:
-    """Take the model's run lease; when a live run holds it, wait (if `WAIT_FOR_LEASE`) saying who holds it.
-    A run taken over from a process that is gone is marked Crashed in Prefect."""
+def _claim(registry: Registry, settings: Settings, name: str, flow: str, holder: Holder,
+           seen: Model | None) -> Lease | str | None:
+    """Take the model's run lease (with `seen`, only that very model's); when a live run holds it, wait (if
+    `WAIT_FOR_LEASE`) saying who holds it. A run taken over from a process that is gone is marked Crashed in
+    Prefect."""
     logger, said = get_run_logger(), None
     while True:
         previous = registry.lease_of(Kind.RUN, registry.get_model(name).id)
-        blocker = registry.claim_run(name, flow, holder, settings.lease_seconds)
+        blocker = registry.claim_run(name, flow, holder, settings.lease_seconds, seen=seen)
         if blocker is None:
             if previous and (run_id := flow_run_of(previous)) not in (None, holder.run) \
                     and abandoned(previous, utcnow(), holder.host):
@@ -155,30 +167,41 @@ def _claim(registry: Registry, settings: Settings, name: str, flow: str, holder:
         time.sleep(min(WAIT_POLL_SECONDS, max(0.2, blocker.lapses_in())))
 
 
+def _gone(name: str, flow: str, model: str) -> str:
+    get_run_logger().info("%s: the model this %s run was started for (%s) is released; one declared under its name "
+                          "since is left alone", name, flow, model)
+    return "Released"
+
+
 def holds_run_lease(flow: str) -> Callable[[F], F]:
     """Run a lifecycle flow body only while holding the model's run lease (renewed by the process's renewer).
 
     When another live run holds it, the body is skipped and the model's phase returned (or, in a run
-    started with `run_here(..., wait_for_lease=True)`, it waits for that run).
+    started with `run_here(..., wait_for_lease=True)`, it waits for that run). A run `start_deployment` started
+    is bound to its model (the flow's parameter `bound`, as `bound_to` says it, read here and not passed on): a
+    model declared under the name since (its own released) is left alone, and the run returns Released.
     """
 
     def wrap(fn: F) -> F:
         @functools.wraps(fn)
-        def run(name: str, *args, **kwargs) -> str:
+        def run(name: str, bound: str | None = None) -> str:
             settings, registry = current()
             holder = Holder.here(str(flow_run.id) if flow_run.id else f"process/{uuid.uuid4()}")
+            seen = registry.find_model(name) if bound else None
+            if bound and (seen is None or bound_to(seen) != bound):
+                return _gone(name, flow, bound)
             try:
-                other = _claim(registry, settings, name, flow, holder)
+                other = _claim(registry, settings, name, flow, holder, seen)
             except NotFoundError:
-                return fn(name, *args, **kwargs)  # the flow says what an unknown model means
+                return _gone(name, flow, bound) if bound else fn(name)  # the flow says what an unknown model means
             if other:
-                model = registry.find_model(name)
+                held = registry.find_model(name)
                 get_run_logger().info("%s: %s is already working on it; this %s run stops", name,
                                       other.describe() if isinstance(other, Lease) else other, flow)
-                return model.phase if model else "Released"
+                return held.phase if held else "Released"
             try:
                 with renewed(registry, Kind.RUN, registry.get_model(name).id, holder, settings.lease_seconds):
-                    return fn(name, *args, **kwargs)
+                    return fn(name)
             finally:
                 registry.release_run(name, holder)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from weightkeeper.config import Settings
 from weightkeeper.download import Snapshot
 from weightkeeper.errors import DownloadError, InvalidInputError, UnavailableError, UnsafePathError
@@ -50,10 +52,10 @@ def declare_model(settings: Settings, registry: Registry, *, name: str, source: 
                   token_block: str | None = None, download_policy: str | None = None,
                   keep_files: bool = False, include: list[str] | None = None,
                   exclude: list[str] | None = None, track: bool = False, names_others: bool = True,
-                  request_key: str | None = None) -> Model:
+                  request_key: str | None = None, sees: Callable[[Model], bool] | None = None) -> Model:
     """Validate a declaration, plan its paths and record it Pending (`names_others`: a refusal may name another
     owner's model, as it may to an admin; `request_key`: the API request's digest, whose repeat answers with the
-    model it declared)."""
+    model it declared; `sees`: which models the declarer may see, None: all)."""
     validate_model_name(name)
     parsed = parse_source(source)
     if isinstance(parsed, S3Source):
@@ -87,7 +89,7 @@ def declare_model(settings: Settings, registry: Registry, *, name: str, source: 
                      commit=snapshot and snapshot.commit, files=snapshot and [f.to_json() for f in snapshot.files],
                      source_uri=parsed.uri if snapshot and isinstance(parsed, S3Source) else None,
                      request_key=request_key)
-    return registry.create_model(spec, plan, settings.workspaces, names_others)
+    return registry.create_model(spec, plan, settings.workspaces, names_others, sees)
 
 
 def _tracked_policy(parsed: HfSource | S3Source, policy: str | None) -> str:

@@ -10,12 +10,16 @@ while it works. delete-model takes the lease over from ensure-model.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
 from weightkeeper.registry.common import Holder, this_host, utcnow
 from weightkeeper.registry.leases import Kind, Lease, abandoned, as_lease
 from weightkeeper.registry.schema import LeaseRow, ModelRow
+
+if TYPE_CHECKING:
+    from weightkeeper.registry.store import Model
 
 RESERVATION_SECONDS = 120.0  # a started run gets this long to reach a worker and take its reservation over
 DELETE = "delete-model"
@@ -54,15 +58,16 @@ class RunOps:
     """Mixed into `Registry`; uses its `_tx`, `_model` and lease operations."""
 
     def claim_run(self, name: str, flow: str, holder: Holder, lease_seconds: float,
-                  phases: tuple[str, ...] | None = None) -> Lease | str | None:
+                  phases: tuple[str, ...] | None = None, seen: Model | None = None) -> Lease | str | None:
         """Take the model's run lease for `flow`; returns what prevents it: the lease of another run, or
         `phase <phase>` when the model is no longer in one of `phases` (decided under the same lock).
 
         A run takes over a reservation for its own flow; delete-model takes over from ensure-model
-        (whose downloads stop when they see Deleting). Raises NotFoundError for an unknown model.
+        (whose downloads stop when they see Deleting). Raises NotFoundError for an unknown model, and with
+        `seen`, for any model but that very one (one declared since under its name).
         """
         with self._tx() as s:
-            model = self._model(s, name)  # locked: claims on one model are serialised
+            model = self._model(s, name, seen=seen)  # locked: claims on one model are serialised
             if phases is not None and model.phase not in phases:
                 return f"phase {model.phase}"
             blocker = self._blocker(s, Kind.RUN, model.id, holder)

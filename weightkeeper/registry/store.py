@@ -12,7 +12,7 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -444,12 +444,13 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
             return self._usage(s, workspaces)
 
     def create_model(self, spec: ModelSpec, plan: Plan, workspaces: Sequence[Workspace] = (),
-                     names_others: bool = True) -> Model:
+                     names_others: bool = True, sees: Callable[[Model], bool] | None = None) -> Model:
         """Record a new Pending model with one Pending entry per planned path.
 
         Refused with `ResourceProcessing` while a deleting model still holds a target path, with
         `AlreadyExists` when the name is taken (unless by this very request repeated: `request_key`, and then that
-        model is the answer) or live models hold every target path, and with
+        model is the answer; by a model the declarer may not see, `sees`, saying neither whose nor in which
+        phase) or live models hold every target path, and with
         `InsufficientCapacity` when its pinned size would take a workspace of `workspaces` past its
         `capacity_bytes` (decided in the transaction that records it, so two creations never both fit).
         """
@@ -459,6 +460,8 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
             if existing is not None:
                 if spec.request_key and existing.request_key == spec.request_key and existing.phase != DELETING:
                     return _view(existing)
+                if sees is not None and not sees(_view(existing)):
+                    raise ConflictError(f"the name {spec.name!r} is taken; choose another", "AlreadyExists")
                 if existing.phase == DELETING:
                     raise ConflictError(f"model {spec.name!r} is still being deleted; create it again once it is released", "ResourceProcessing")
                 raise ConflictError(f"model {spec.name!r} already exists", "AlreadyExists")
