@@ -721,7 +721,8 @@ MUTATIONS = {
     "page-reads-manifests": (
         "weightkeeper/registry/listing.py",
         "        columns = [c for c in ModelRow.__table__.c if c.name not in MANIFESTS]",
-        "        columns = list(ModelRow.__table__.c)", "tests/test_listing.py::test_a_page_never_reads_the_manifests"),
+        "        columns = list(ModelRow.__table__.c)",
+        "tests/test_listing.py::test_a_page_or_a_models_answer_never_reads_the_manifests"),
     "cursor-key-unbounded": (
         "weightkeeper/registry/listing.py", "            raise ValueError(key)  # no column holds it: a forged cursor",
         "            pass", "tests/test_listing.py::test_a_forged_cursor_that_no_column_could_hold_answers_422"),
@@ -1551,6 +1552,9 @@ MUTATIONS = {
     "api-create-sees-every-model": (
         "weightkeeper/api.py", "sees=lambda m: visible(m, caller, settings))",
         "sees=None)", "tests/test_tenancy.py::test_create_refuses_a_name_taken_by_a_model_the_caller_cannot_see_without_saying_its_phase"),
+    "api-get-reads-the-manifests": (
+        "weightkeeper/api.py", "        model = registry.shown_model(name)",
+        "        model = registry.get_model(name)", "tests/test_listing.py::test_a_page_or_a_models_answer_never_reads_the_manifests"),
 }
 
 

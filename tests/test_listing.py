@@ -222,23 +222,27 @@ def test_a_forged_cursor_that_no_column_could_hold_answers_422(listing, sort, ke
     assert r.status_code == 422 and "not a cursor of this list" in r.json()["message"], r.text
 
 
-def test_a_page_never_reads_the_manifests(listing):
-    """A page shows no manifest, so it fetches none: the API never decodes a model's file entries to list it."""
+def test_a_page_or_a_models_answer_never_reads_the_manifests(listing):
+    """A page, or a GET of one model, shows no manifest, so it fetches none: the API never decodes a model's file
+    entries (up to `max_manifest_files` of them) to answer."""
     from sqlalchemy import event
 
     listing.add("m-0")
     listing.registry.set_snapshot("m-0", "a" * 40, [{"path": "x.safetensors", "size": 3, "blobId": "0" * 40}], None)
-    statements: list[str] = []
-    listen = lambda conn, cursor, sql, *rest: statements.append(sql)  # noqa: E731
-    event.listen(listing.registry.engine, "before_cursor_execute", listen)
-    try:
-        item = listing.get().json()["items"][0]
-    finally:
-        event.remove(listing.registry.engine, "before_cursor_execute", listen)
-    assert item["name"] == "m-0" and item["sizeBytes"] is not None
-    columns = [{c.strip() for c in sql.split(" FROM ")[0].removeprefix("SELECT ").split(",")}
-               for sql in statements if "FROM models" in sql]  # a function of a column reads its first token only
-    assert columns and not any({"models.files", "models.pending_files"} & read for read in columns), columns
+    alice = {"Authorization": f"Bearer {TOKENS['alice']}"}
+    for answer in (lambda: listing.get().json()["items"][0],
+                   lambda: listing.client.get("/api/v1/models/m-0", headers=alice).json()):
+        statements: list[str] = []
+        listen = lambda conn, cursor, sql, *rest: statements.append(sql)  # noqa: E731
+        event.listen(listing.registry.engine, "before_cursor_execute", listen)
+        try:
+            item = answer()
+        finally:
+            event.remove(listing.registry.engine, "before_cursor_execute", listen)
+        assert item["name"] == "m-0" and item["sizeBytes"] == 3, item
+        columns = [{c.strip() for c in sql.split(" FROM ")[0].removeprefix("SELECT ").split(",")}
+                   for sql in statements if "FROM models" in sql]  # a function of a column reads its first token only
+        assert columns and not any({"models.files", "models.pending_files"} & read for read in columns), columns
 
 
 def test_the_index_migration_backfills_sizes(tmp_path, pg_url_or_sqlite):

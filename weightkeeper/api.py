@@ -205,8 +205,9 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         return match
 
     def seen(name: str, caller: User) -> Model:
-        """The model if the caller may see it; otherwise it answers as if it did not exist."""
-        model = registry.get_model(name)
+        """The model if the caller may see it (as a page shows it: no manifest); otherwise it answers as if it did
+        not exist."""
+        model = registry.shown_model(name)
         if not visible(model, caller, settings):
             raise NotFoundError(f"model {name!r} does not exist")
         return model

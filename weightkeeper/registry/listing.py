@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, get_args
 
-from sqlalchemy import ColumnElement, and_, func, literal, not_, or_, select, true, tuple_
+from sqlalchemy import ColumnElement, Select, and_, func, literal, not_, or_, select, true, tuple_
 from sqlalchemy.dialects.postgresql import array
 
-from weightkeeper.errors import InvalidInputError
+from weightkeeper.errors import InvalidInputError, NotFoundError
 from weightkeeper.registry.schema import LocalPathRow, ModelRow
 
 if TYPE_CHECKING:
@@ -107,27 +107,43 @@ class ListOps:
     def list_page(self, query: ListQuery, viewer: Viewer, limit: int = DEFAULT_LIMIT,
                   cursor: str | None = None) -> Page:
         """One page of the models `viewer` may see that match `query`, after `cursor` (None: the first page)."""
-        from weightkeeper.registry.store import _views, _with_paths  # store mixes this class in
-
         if query.sort not in SORTS:
             raise InvalidInputError(f"sort: {query.sort!r} is not one of {', '.join(SORTS)}")
         if not 1 <= limit <= MAX_LIMIT:
             raise InvalidInputError(f"limit: {limit} is not between 1 and {MAX_LIMIT}")
         keys, descending = SORT_KEYS[query.sort.lstrip("-")], query.sort.startswith("-")
-        columns = [c for c in ModelRow.__table__.c if c.name not in MANIFESTS]  # plain rows: no ORM objects
-        stmt = select(*columns, self._has_manifest().label("has_manifest")).where(*self._matching(query, viewer))
+        stmt = self._shown().where(*self._matching(query, viewer))
         if cursor is not None:
             after = tuple_(*map(literal, decode_cursor(cursor, query), (k.type for k in keys)))
             stmt = stmt.where(tuple_(*keys) < after if descending else tuple_(*keys) > after)
         stmt = stmt.order_by(*(k.desc() if descending else k for k in keys)).limit(limit + 1)
         with self._tx() as s:
             models = s.execute(stmt).all()
-            page = models[:limit]
-            rows = _with_paths(s, page, LocalPathRow.model_id.in_([m.id for m in page]))
-            for row in rows:  # a page shows no manifest: [] says there is one (as `sizeBytes` needs)
-                row.files, row.pending_files = [] if row.has_manifest else None, None
-            items = _views(s, rows)
+            items = self._views_shown(s, models[:limit])
         return Page(items, encode_cursor(query, items[-1]) if len(models) > limit else None)
+
+    def shown_model(self, name: str) -> Model:
+        """The model of that name as a page shows it: without its manifests (they may hold `max_manifest_files`
+        entries each, that an answer never shows)."""
+        with self._tx() as s:
+            if not (models := s.execute(self._shown().where(ModelRow.name == name)).all()):
+                raise NotFoundError(f"model {name!r} does not exist")
+            return self._views_shown(s, models)[0]
+
+    def _shown(self) -> Select:
+        """The models' columns but their manifests, and whether a manifest is recorded: plain rows, no ORM objects."""
+        columns = [c for c in ModelRow.__table__.c if c.name not in MANIFESTS]
+        return select(*columns, self._has_manifest().label("has_manifest"))
+
+    @staticmethod
+    def _views_shown(s, models: list) -> list[Model]:
+        """Views of `_shown` rows, with their paths: no manifest, [] saying there is one (as `sizeBytes` needs)."""
+        from weightkeeper.registry.store import _views, _with_paths  # store mixes this class in
+
+        rows = _with_paths(s, models, LocalPathRow.model_id.in_([m.id for m in models]))
+        for row in rows:
+            row.files, row.pending_files = [] if row.has_manifest else None, None
+        return _views(s, rows)
 
     def _has_manifest(self) -> ColumnElement[bool]:
         """The model's manifest is recorded (a JSON array, not JSON null), told in the database by its first token."""
