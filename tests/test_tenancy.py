@@ -453,7 +453,7 @@ def test_a_registry_or_prefect_out_of_reach_answers_503_or_records_the_request_f
         raise OperationalError("SELECT models.name FROM models WHERE name = ?", ("offline",),
                                Exception("connection to server at 127.0.0.1, port 5432 failed"))
 
-    monkeypatch.setattr(type(api.registry), "get_model", down)
+    monkeypatch.setattr(type(api.registry), "shown_model", down)
     r = api.call("GET", "/api/v1/models/offline")
     assert r.status_code == 503, r.text
     assert r.json() == {"code": "Unavailable", "message": "the registry cannot be reached now; retry later"}
