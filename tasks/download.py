@@ -220,7 +220,8 @@ def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: S
     def fetch(deadline: float) -> None:  # in a download slot (again after a long wait for the Hub budget)
         registry.set_path_message(model.name, reporter.entry.id, reporter.status, downloading)
         fetch_model_files(settings, model.source, model.staging_uri, model.token_block, snapshot, target, meter,
-                          deadline, budget)
+                          deadline, budget, lambda d, remote: check_free_space(model.name, d, [remote],
+                                                                               settings.free_space_margin_bytes))
 
     with FetchMeter(registry, reporter.entry.workspace, source, reporter.beat) as meter:
         fetch_in_slot(settings, budget, reporter.beat, fetch)

@@ -4,7 +4,7 @@ that each linked path's link names its recorded shared copy."""
 from __future__ import annotations
 
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import NamedTuple
@@ -147,9 +147,7 @@ def _refetch(settings: Settings, registry: Registry, snapshot: Snapshot, root: D
     if missing and reuse_into(settings, registry, model, snapshot, root, missing, workspace, cluster) and all(
             in_place(root, f) for f in snapshot.files):
         return
-    if problem := room_problem(root, snapshot.files, settings.free_space_margin_bytes):  # a shared copy names no model
-        raise Waits(f"no space to fetch its files again: it {problem}; free space on the volume (or lower "
-                    "free_space_margin_bytes)")
+    _check_room(settings, root, snapshot.files)
     repairing = f"repairing {root}"
     budget = hub_budget(settings, registry, lambda seconds: beat(
         message=repairing if seconds is None else budget_message(seconds), force=True))
@@ -161,12 +159,19 @@ def _refetch(settings: Settings, registry: Registry, snapshot: Snapshot, root: D
     fetch_in_slot(settings, budget, beat, fetch)
 
 
+def _check_room(settings: Settings, d: Dir, files: Iterable[RemoteFile]) -> None:
+    """`Waits` when the files missing in `d` do not fit on its volume (a shared copy names no model)."""
+    if problem := room_problem(d, files, settings.free_space_margin_bytes):
+        raise Waits(f"no space to fetch its files again: it {problem}; free space on the volume (or lower "
+                    "free_space_margin_bytes)")
+
+
 def _fetch_again(settings: Settings, model: Model, snapshot: Snapshot, root: Dir, beat: Beat, budget,
                  deadline: float) -> None:
     """Fetch the files not in place from where `model` gets them, by `deadline` (past it: `Waits`)."""
     try:
         fetch_model_files(settings, model.source, model.staging_uri, model.token_block, snapshot, root, beat,
-                          deadline, budget)
+                          deadline, budget, lambda d, remote: _check_room(settings, d, [remote]))
     except DeadlineExceeded:
         raise Waits(f"fetching its files again took longer than download_timeout_seconds = "
                     f"{settings.download_timeout_seconds}; the partial files are kept (raise it for a slow source)") \

@@ -70,8 +70,9 @@ MUTATIONS = {
     "concurrency-cap": ("weightkeeper/config.py", "        return self.max_concurrent_downloads >= 0",
                         "        return False",
                         "tests/test_lifecycle.py::test_download_cap_is_never_exceeded"),
-    "cross-run-resume": ("weightkeeper/download.py", "        self.truncate = have > self.remote.size",
-                         "        self.truncate = True",
+    "cross-run-resume": ("weightkeeper/download.py",
+                         "        if have > self.remote.size:  # a partial file longer than the file: start over",
+                         "        if True:  # a partial file longer than the file: start over",
                          "tests/test_lifecycle.py::test_partial_file_resumes_from_its_size"),
     "range-progress-kept": ("weightkeeper/download.py",
                             "        return [Part(p.start, p.end, min(p.done, max(have - p.start, 0))) for p in parts]",
@@ -272,8 +273,9 @@ MUTATIONS = {
                             "                if kind not in (stat.S_IFREG, stat.S_IFIFO, stat.S_IFCHR):\n",
                             "tests/test_attacks.py::test_read_small_never_blocks_follows_or_reads_much "
                             "tests/test_attacks.py::test_a_planted_ranges_file_neither_blocks_nor_floods_the_download"),
-    "resume-a-planted-hard-link": ("weightkeeper/download.py", "stat.S_ISREG(st.st_mode) and st.st_nlink == 1 else 0",
-                                   "stat.S_ISREG(st.st_mode) else 0",
+    "resume-a-planted-hard-link": ("weightkeeper/download.py",
+                                   "stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and d.mine(st.st_uid):",
+                                   "stat.S_ISREG(st.st_mode) and d.mine(st.st_uid):",
                                    "tests/test_attacks.py::test_a_link_planted_as_the_partial_file_never_changes_its_target"),
     "unmeasured-path-left-downloading": ("tasks/download.py",
                                          "    except (OSError, UnsafePathError, NotOursError) as e:  # swapped",
@@ -1110,12 +1112,12 @@ MUTATIONS = {
         '            p.updated_at = utcnow()',
         'tests/test_reconcile.py::test_a_repair_fetches_only_what_fits_from_the_hub_budget_and_a_failed_repair_is_repaired_next_pass'),
     'repair-free-space': (
-        'tasks/verify.py', '    if problem := room_problem(root, snapshot.files, settings.free_space_margin_bytes):',
+        'tasks/verify.py', '    if problem := room_problem(d, files, settings.free_space_margin_bytes):',
         '    if False:',
         'tests/test_reconcile.py::test_a_repair_fetches_only_what_fits_from_the_hub_budget_and_a_failed_repair_is_repaired_next_pass'),
     'repair-hub-budget': (
-        'tasks/verify.py', '                          deadline, budget)',
-        '                          deadline)',
+        'tasks/verify.py', 'deadline, budget, lambda d, remote: _check_room(settings, d, [remote]))',
+        'deadline, room=lambda d, remote: _check_room(settings, d, [remote]))',
         'tests/test_reconcile.py::test_a_repair_fetches_only_what_fits_from_the_hub_budget_and_a_failed_repair_is_repaired_next_pass'),
     'verify-bounded-read': (
         'weightkeeper/verify.py', '    while read <= size and (chunk := os.read(fd, min(READ_CHUNK, size + 1 - read))):',
@@ -1273,8 +1275,8 @@ MUTATIONS = {
         "weightkeeper/cli.py", "    except BrokenPipeError as e:",
         "    except ZeroDivisionError as e:", "tests/test_cli.py::test_a_reader_that_leaves_stops_the_listing_quietly"),
     "cli-no-markup": (
-        "weightkeeper/cli.py", "console = Console(markup=False, emoji=False)",
-        "console = Console()", "tests/test_cli.py::test_messages_and_paths_are_printed_as_they_are_never_as_markup"),
+        "weightkeeper/cli.py", "made = Console(stderr=stderr, markup=False, emoji=False)",
+        "made = Console(stderr=stderr)", "tests/test_cli.py::test_messages_and_paths_are_printed_as_they_are_never_as_markup"),
     "cli-redact-error-urls": (
         "weightkeeper/cli.py", "f\"error: {redact_urls(message)}\"",
         "f\"error: {message}\"", "tests/test_cli.py::test_an_error_line_never_shows_a_urls_credentials"),
@@ -1399,8 +1401,8 @@ MUTATIONS = {
         "weightkeeper/anchored.py", "                    if not others:  # its bytes may be someone's choice\n",
         "                    if False:  # its bytes may be someone's choice\n", "tests/test_reuse.py::test_a_file_checked_only_by_its_git_sha1_is_never_taken_from_bytes_a_user_could_choose"),
     "reuse-sha1-trusted-as-sha256": (
-        "weightkeeper/reuse.py", "room, others=bool(remote.sha256))",
-        "room, others=True)", "tests/test_reuse.py::test_a_file_checked_only_by_its_git_sha1_is_never_taken_from_bytes_a_user_could_choose"),
+        "weightkeeper/reuse.py", "room, others=bool(remote.sha256),",
+        "room, others=True,", "tests/test_reuse.py::test_a_file_checked_only_by_its_git_sha1_is_never_taken_from_bytes_a_user_could_choose"),
     "move-drops-a-killed-switchs-pending-commit": (
         "weightkeeper/registry/store.py", "            row.subpath, row.download_policy = subpath, download_policy\n",
         "            row.subpath, row.download_policy = subpath, download_policy\n            row.pending_commit = row.pending_files = row.next_revision = None\n", "tests/test_tracking_attacks.py::test_a_move_after_a_killed_switch_keeps_its_pending_commit_so_the_pass_still_knows_its_link"),
@@ -1555,6 +1557,42 @@ MUTATIONS = {
     "api-get-reads-the-manifests": (
         "weightkeeper/api.py", "        model = registry.shown_model(name)",
         "        model = registry.get_model(name)", "tests/test_listing.py::test_a_page_or_a_models_answer_never_reads_the_manifests"),
+    "partial-resumed-only-if-own": (
+        "weightkeeper/download.py", "and st.st_nlink == 1 and d.mine(st.st_uid):",
+        "and st.st_nlink == 1:", "tests/test_space.py::test_a_partial_file_counts_the_bytes_it_holds_on_disk_and_only_when_it_is_weightkeepers"),
+    "partial-new-file-when-nothing-resumed": (
+        "weightkeeper/download.py", "self.fd = self.part_dir.make_new(self.part_name, os.O_RDWR)",
+        "self.fd = self.part_dir.open_regular(self.part_name, os.O_RDWR | os.O_CREAT)", "tests/test_attacks.py::test_a_repair_never_writes_another_users_file_moved_in_as_a_partial_file"),
+    "partial-resumed-still-own-when-opened": (
+        "weightkeeper/download.py", "            if not self.part_dir.mine(os.fstat(fd).st_uid):",
+        "            if False:", "tests/test_download.py::test_a_partial_file_that_becomes_another_users_after_it_was_measured_is_never_written"),
+    "reuse-source-owner-rule": (
+        "weightkeeper/anchored.py", "if st.st_uid not in (os.geteuid(), owner):",
+        "if False:", "tests/test_reuse.py::test_a_repair_never_lets_the_shelf_owner_read_a_file_they_moved_into_their_copy[victims] tests/test_reuse.py::test_a_file_someone_else_may_write_is_copied_never_linked"),
+    "reuse-scratch-private": (
+        "weightkeeper/anchored.py", "os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)",
+        "os.O_RDWR | os.O_CREAT | os.O_EXCL)", "tests/test_reuse.py::test_a_repair_never_lets_the_shelf_owner_read_a_file_they_moved_into_their_copy[roots]"),
+    "reuse-copy-opened-after-digest": (
+        "weightkeeper/reuse.py", "if good and how == \"copy\":",
+        "if False:", "tests/test_reuse.py::test_a_file_someone_else_may_write_is_copied_never_linked"),
+    "space-partial-counts-blocks": (
+        "weightkeeper/download.py", "self.allocated = min(self.resumed, held)",
+        "self.allocated = self.resumed", "tests/test_space.py::test_a_partial_file_counts_the_bytes_it_holds_on_disk_and_only_when_it_is_weightkeepers"),
+    "cache-dir-any-case": (
+        "weightkeeper/download.py", "segments[0].casefold() == CACHE_DIR",
+        "segments[0] == CACHE_DIR", "tests/test_download.py::test_a_listed_name_outside_the_copy_or_in_weightkeepers_folder_in_any_case_is_an_unsafe_file_name"),
+    "refetch-checks-room": (
+        "weightkeeper/download.py", "room(target, file.remote)  # whole",
+        "None  # whole", "tests/test_space.py::test_a_resumed_partial_file_that_fails_its_digest_is_fetched_again_only_if_it_fits[download] tests/test_space.py::test_a_resumed_partial_file_that_fails_its_digest_is_fetched_again_only_if_it_fits[repair] tests/test_download.py::test_damaged_progress_costs_a_refetch_never_a_wrong_file"),
+    "refetch-needs-a-room-check": (
+        "weightkeeper/download.py", "if not file.resumed or room is None:",
+        "if not file.resumed:", "tests/test_download.py::test_damaged_progress_costs_a_refetch_never_a_wrong_file"),
+    "refetch-room-download": (
+        "tasks/download.py", "deadline, budget, lambda d, remote: check_free_space(model.name, d, [remote],",
+        "deadline, budget, lambda d, remote: None and (model.name, d, [remote],", "tests/test_space.py::test_a_resumed_partial_file_that_fails_its_digest_is_fetched_again_only_if_it_fits[download]"),
+    "refetch-room-repair": (
+        "tasks/verify.py", "deadline, budget, lambda d, remote: _check_room(settings, d, [remote]))",
+        "deadline, budget, lambda d, remote: None)", "tests/test_space.py::test_a_resumed_partial_file_that_fails_its_digest_is_fetched_again_only_if_it_fits[repair]"),
 }
 
 

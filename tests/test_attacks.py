@@ -17,6 +17,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -124,6 +125,76 @@ def warnings_logged():
         yield seen
     finally:
         logger.removeHandler(handler)
+
+
+# -- other users, for real: their processes run as their uid ------------------------------------------------------
+
+ATTACKER, VICTIM = 4343, 5555  # a shelf owner of a Kubernetes workspace, and another user of its volume
+SYSTEM_PYTHON = "/usr/bin/python3"  # the venv's interpreter may sit where these users cannot enter
+
+
+def as_user(uid: int, code: str) -> subprocess.CompletedProcess:
+    """Run python `code` as `uid` (no groups): the kernel checks what it may do as that user's."""
+    return subprocess.run([SYSTEM_PYTHON, "-I", "-c", code], capture_output=True, text=True, timeout=30, cwd="/",
+                          user=uid, group=uid, extra_groups=[])
+
+
+@pytest.fixture
+def users_volume(wk, hub):
+    """A Kubernetes workspace `gpu` (its jobs run as their model's owner; the service, root here, repairs their
+    copies) on a volume other users' processes may enter, outside pytest's private directories; removed after the
+    test with all it holds (setuid files too)."""
+    from test_kube import _kube_workspace
+
+    top = Path(tempfile.mkdtemp(prefix="wk-users-"))
+    os.chmod(top, 0o755)
+    try:
+        yield _kube_workspace(wk, hub, top)
+    finally:
+        shutil.rmtree(top)
+
+
+def rewrite_users_volume(wk, hub, **settings) -> None:
+    """The config again with `settings`, the workspace `gpu` of `users_volume` kept."""
+    wk.rewrite(hf_endpoint=hub.url, **settings)
+    with wk.config.open("a") as config:
+        config.write('[workspaces.kubernetes]\nnamespace = "gpu"\nimage = "registry.local/weightkeeper:0.1"\n'
+                     'volume_claim = "models"\n')
+
+
+def owned_by(top: Path, uid: int) -> None:
+    """`top` and all below it as the job of `uid` made them."""
+    for made in (top, *top.rglob("*")):
+        os.chown(made, uid, uid, follow_symlinks=False)
+
+
+def victim_file(volume: Path, data: bytes, mode: int, uid: int = VICTIM) -> Path:
+    """A file of `uid`'s in a team directory anyone may write (not sticky): the attacker may rename it, not write it."""
+    team = volume / "team"
+    team.mkdir(exist_ok=True)
+    os.chmod(team, 0o777)
+    f = team / "victims.bin"
+    f.write_bytes(data)
+    os.chown(f, uid, uid)
+    os.chmod(f, mode)
+    assert "PermissionError" in as_user(ATTACKER, f"open({str(f)!r}, 'r+b')").stderr
+    return f
+
+
+def shelf_copy(wk, hub, monkeypatch, volume: Path, repo: str, files: dict[str, bytes], name: str = "mine",
+               revision: str = "") -> Path:
+    """`repo` (with `files`) as the attacker's model `name` (a sharing one) has it: a shared copy their job made on
+    their shelf, which they own and may write."""
+    from test_kube import as_the_job_of
+
+    commit = hub.add_repo(repo, files)
+    wk.declare(name, f"hf://{repo}{revision}", workspaces=["gpu"], download_policy="reuse-if-exists",
+               owner_uid=ATTACKER, subpath=f"models/{name}")
+    with as_the_job_of(monkeypatch, ATTACKER):
+        assert ensure_model(name) == "Ready"
+    shelf = volume / "models" / f"_artifacts.{ATTACKER}"
+    owned_by(shelf, ATTACKER)
+    return shelf / repo.replace("/", "--") / commit
 
 
 # -- the anchored file layer ---------------------------------------------------------------------------------------
@@ -1037,3 +1108,29 @@ def test_a_file_swapped_after_its_stat_is_a_problem_of_the_copy_never_an_error(t
     finally:
         d.close()
     assert problem is not None and problem.reason == "not a regular file"
+
+
+def test_a_repair_never_writes_another_users_file_moved_in_as_a_partial_file(wk, hub, users_volume, monkeypatch):
+    """The shelf owner (a process of uid ATTACKER) removes a shard of their copy and moves in, at its partial file's
+    name, another user's setuid program, which they may not write. The service's repair (root) would have resumed
+    it, writing the attacker's bytes into that inode, its owner and setuid bit kept. It never writes a partial file
+    not its own: it makes a new one, so the shard is root's new file without setuid and the program is unchanged."""
+    from weightkeeper.tasks.verify import verify_shared_copy
+
+    files = tiny_files("partial-write")  # the attacker's repository: they choose the shard's bytes
+    copy = shelf_copy(wk, hub, monkeypatch, users_volume, "acme/partial-write", files)
+    program = b"#!/bin/sh\necho victim\n" + b"x" * (len(files[SHARD]) + 100)
+    victims = victim_file(users_volume, program, 0o4755)
+    held = os.open(victims, os.O_RDONLY)  # the victim's inode, whatever name it gets
+    try:
+        moved = as_user(ATTACKER, f"import os; os.unlink({str(copy / SHARD)!r}); "
+                                  f"os.rename({str(victims)!r}, {str(copy / PARTIAL_DIR / SHARD)!r} + '.part')")
+        assert moved.returncode == 0, moved.stderr
+        assert verify_shared_copy(wk.registry.get_model("mine").local_paths[0].artifact_id) == "repaired"
+        shard, theirs = os.stat(copy / SHARD), os.fstat(held)
+        assert (copy / SHARD).read_bytes() == files[SHARD]
+        assert shard.st_ino != theirs.st_ino and shard.st_uid == os.geteuid() and not shard.st_mode & stat.S_ISUID
+        assert (theirs.st_uid, stat.S_IMODE(theirs.st_mode), os.pread(held, len(program) + 1, 0)) == (
+            VICTIM, 0o4755, program)
+    finally:
+        os.close(held)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import random
 import signal
 import threading
@@ -22,6 +24,7 @@ from weightkeeper.download import (
     load_parts,
     plan_parts,
     present_bytes,
+    safe_repo_path,
 )
 from weightkeeper.errors import DownloadCancelled, DownloadError
 from weightkeeper.hub import fetch_snapshot, hub_transfer, resolve_snapshot
@@ -84,10 +87,10 @@ def big_repo(hub, monkeypatch):
     return repo, data, snapshot
 
 
-def fetch(hub, snapshot, target: Path, on_progress=lambda done: None) -> int:
+def fetch(hub, snapshot, target: Path, on_progress=lambda done: None, room=None) -> int:
     with Dir.root(target, create=True) as d:
         return fetch_snapshot(HfSource(snapshot.repo_id, snapshot.commit), snapshot, d, hub.url, None, on_progress,
-                              time.monotonic() + 120)
+                              time.monotonic() + 120, room=room)
 
 
 def present(target: Path, remote: RemoteFile) -> int:
@@ -180,13 +183,24 @@ def test_an_interrupted_ranged_download_resumes_every_range_where_it_stopped(hub
 
 
 def test_damaged_progress_costs_a_refetch_never_a_wrong_file(hub, big_repo, tmp_path):
+    """The file is fetched again whole at once where the caller checks its space again (`room`), else the
+    fetch fails and the next one (its space checked) fetches it."""
     repo, data, snapshot = big_repo
     partial = tmp_path / "m" / PARTIAL_DIR / f"{BIG}.part"
     partial.parent.mkdir(parents=True)
-    partial.write_bytes(b"\0" * (8 * MIB))  # claims 8 MiB, holds zeros: the checksum catches it
-    partial.with_name(partial.name + ".ranges").write_text("not json")
-    fetch(hub, snapshot, tmp_path / "m")
-    assert (tmp_path / "m" / BIG).read_bytes() == data
+
+    def damaged() -> None:
+        partial.write_bytes(b"\0" * (8 * MIB))  # claims 8 MiB, holds zeros: the checksum catches it
+        partial.with_name(partial.name + ".ranges").write_text("not json")
+
+    damaged()
+    with pytest.raises(DownloadError, match=f"{BIG} of .* arrived corrupted"):
+        fetch(hub, snapshot, tmp_path / "m")
+    assert not partial.exists() and not (tmp_path / "m" / BIG).exists()
+    damaged()
+    checked = []
+    fetch(hub, snapshot, tmp_path / "m", room=lambda d, remote: checked.append(remote.path))
+    assert checked == [BIG] and (tmp_path / "m" / BIG).read_bytes() == data
 
 
 def test_a_range_cut_mid_body_resumes_from_its_last_written_byte(hub, big_repo, tmp_path):
@@ -277,6 +291,35 @@ def test_a_file_that_arrives_corrupted_fails_the_fetch_and_is_not_put_in_place(h
             fetch_files(snapshot, d, corrupting, lambda done: None, time.monotonic() + 60, "the test")
     assert not (tmp_path / "m" / BIG).exists()
     assert not (tmp_path / "m" / PARTIAL_DIR / f"{BIG}.part").exists()
+
+
+@pytest.mark.parametrize("path", [".cache/weightkeeper/ready", ".CACHE/weightkeeper/ready",
+                                  ".Cache/weightkeeper/model.safetensors.part", "../x", "a//b", "/etc/passwd", "a/./b"])
+def test_a_listed_name_outside_the_copy_or_in_weightkeepers_folder_in_any_case_is_an_unsafe_file_name(path):
+    """`.CACHE` is weightkeeper's own folder of partial files and ready marker on a volume that folds case."""
+    with pytest.raises(DownloadError, match="lists an unsafe file name"):
+        safe_repo_path(path, "acme/names")
+    assert [safe_repo_path(p, "acme/names") for p in ("a/.cache/x", ".cachex/y")] == ["a/.cache/x", ".cachex/y"]
+
+
+def test_a_partial_file_that_becomes_another_users_after_it_was_measured_is_never_written(tmp_path):
+    """Whoever may write the directory renames another user's file to a partial file's name between its measure and
+    its opening (here: the file measured becomes theirs): it is neither truncated nor written, and the fetch fails."""
+    data = random.Random("became").randbytes(1000)
+    remote = RemoteFile("w.bin", len(data), "", sha256=hashlib.sha256(data).hexdigest())
+    part = tmp_path / PARTIAL_DIR / "w.bin.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(data[:400])
+    with Dir.root(tmp_path) as d:
+        file = download.PartialFile(d, remote, "the test")
+        assert file.resumed == 400
+        os.chown(part, 4343, 4343)
+        try:
+            with pytest.raises(DownloadError, match="replaced by another user's file"):
+                file.open()
+        finally:
+            file.stop()
+    assert part.read_bytes() == data[:400] and part.stat().st_uid == 4343
 
 
 def test_a_signal_while_the_ranges_download_stops_them_and_is_raised(hub, big_repo, tmp_path):

@@ -7,6 +7,10 @@ import os
 import random
 import stat
 
+import pytest
+
+from conftest import tiny_files
+from test_attacks import ATTACKER, VICTIM, as_user, shelf_copy, users_volume, victim_file  # noqa: F401 - a fixture
 from test_faults import tmpfs
 from test_lifecycle import fetched_files
 from test_metrics import Scraper, moved
@@ -194,18 +198,23 @@ def test_a_planted_file_of_another_size_is_refused_before_any_byte_is_copied(wk,
 
 
 def test_a_file_someone_else_may_write_is_copied_never_linked(wk, hub):
+    """A file others may write is copied, never linked; another user's file in weightkeeper's directory (moved there)
+    is not taken at all: it is fetched."""
     a, b = two_commits(hub, "acme/evolve-open")
     wk.declare("open-a", f"hf://acme/evolve-open@{a}", workspaces=["team-a"])
     assert ensure_model("open-a") == "Ready"
     old = wk.registry.get_model("open-a").local_paths[0].path
     os.chmod(f"{old}/{SHARDS[0]}", 0o666)  # as a job running as its owner could leave it
     os.chown(f"{old}/{SHARDS[2]}", 4242, 4242)  # another user's file
+    hub.reset_stats()
     wk.declare("open-b", "hf://acme/evolve-open@main", workspaces=["team-a"], subpath="models/next")
     assert ensure_model("open-b") == "Ready"
     new = wk.registry.get_model("open-b").local_paths[0].path
-    for name in (SHARDS[0], SHARDS[2]):  # taken (not fetched), as a copy of their own
+    assert fetched(hub, "acme/evolve-open") == sorted(["config.json", SHARDS[1], SHARDS[2]])
+    for name in (SHARDS[0], SHARDS[2]):  # a copy of their own: taken, or fetched
         assert os.stat(f"{new}/{name}").st_ino != os.stat(f"{old}/{name}").st_ino
         assert open(f"{new}/{name}", "rb").read() == open(f"{old}/{name}", "rb").read()
+        assert stat.S_IMODE(os.stat(f"{new}/{name}").st_mode) == 0o644  # readable, once its digest matched
     assert os.stat(f"{new}/{SHARDS[3]}").st_ino == os.stat(f"{old}/{SHARDS[3]}").st_ino
 
 
@@ -261,10 +270,10 @@ def test_a_fifo_or_device_planted_in_a_copy_is_never_opened(wk, hub):
 
 def test_a_file_checked_only_by_its_git_sha1_is_never_taken_from_bytes_a_user_could_choose(wk, hub, caplog):
     """The attacker may write a verified copy's files (their own directory, their shelf, a group-writable file) and
-    plants, in place of a reviewed code file, bytes whose git blob sha1 collides with it (simulated: the very bytes,
-    as what matters is where they stand). A file checked only by that sha1 is never taken from an inode the user
-    owns or others may write: the victim's is fetched. An LFS file there is still copied (its sha256 is hashed),
-    and a sha1-only file in weightkeeper's own inode is still hard-linked."""
+    plants, in place of a reviewed code file in their directory, bytes whose git blob sha1 collides with it
+    (simulated: the very bytes, as what matters is where they stand). A file checked only by that sha1 is never
+    taken from an inode the user owns or others may write: the victim's is fetched. An LFS file there is still
+    copied (its sha256 is hashed), and a sha1-only file in weightkeeper's own inode is still hard-linked."""
     code = {"modeling_tiny.py": b"def forward(x):\n    return x\n", "chat_template.jinja": b"{{ messages }}\n",
             "tokenization_tiny.py": b"class Tok:\n    pass\n"}
     a = hub.add_repo("acme/evolve-sha1", {**commit_files("A"), **code})
@@ -278,6 +287,7 @@ def test_a_file_checked_only_by_its_git_sha1_is_never_taken_from_bytes_a_user_co
         with open(f"{old}/{name}", "wb") as planted:
             planted.write(data)
         os.chown(f"{old}/{name}", 4242, 4242)
+    os.chown(old, 4242, 4242)  # their own directory, as their job made it: their files there are theirs to offer
     os.chmod(f"{old}/tokenizer.json", 0o664)  # weightkeeper's inode, but its group may write it
     os.chmod(f"{old}/tokenization_tiny.py", 0o646)  # ... or anyone
     hub.reset_stats()
@@ -295,3 +305,46 @@ def test_a_file_checked_only_by_its_git_sha1_is_never_taken_from_bytes_a_user_co
     assert os.stat(f"{new}/chat_template.jinja").st_ino == os.stat(f"{old}/chat_template.jinja").st_ino
     expected = {**commit_files("B", (SHARDS[1], "config.json")), **code}
     assert {n: open(f"{new}/{n}", "rb").read() for n in fetched_files(new)} == expected
+
+
+@pytest.mark.parametrize("whose", ["victims", "roots"])
+def test_a_repair_never_lets_the_shelf_owner_read_a_file_they_moved_into_their_copy(wk, hub, users_volume, monkeypatch,
+                                                                                     whose):
+    """The shelf owner (a process of uid ATTACKER) moves a file they may not read, of a shard's size, into an older
+    copy of theirs at that shard's name, and removes the shard from the newer copy, whose repair (root) takes it
+    from the older one, and watches its folder of scratch files. Another user's file is refused there (it is neither
+    root's nor the copy owner's): its bytes never reach a scratch file. Root's own file (group-writable: copied,
+    not linked) is copied into a scratch file only root may read, dropped when its digest fails: the attacker reads
+    nothing. The shard is fetched."""
+    from weightkeeper.anchored import Dir
+    from weightkeeper.tasks.verify import verify_shared_copy
+
+    files = tiny_files("reuse-leak")
+    shard = "model-00001-of-00002.safetensors"
+    source = shelf_copy(wk, hub, monkeypatch, users_volume, "acme/reuse-leak", files, "old")
+    target = shelf_copy(wk, hub, monkeypatch, users_volume, "acme/reuse-leak", {**files, "config.json": b"{}\n"},
+                        "new", "@main")
+    secret = os.urandom(len(files[shard]))
+    theirs = whose == "victims"
+    victims = victim_file(users_volume, secret, 0o600 if theirs else 0o660, VICTIM if theirs else 0)
+    assert "PermissionError" in as_user(ATTACKER, f"open({str(victims)!r}, 'rb')").stderr
+    moved = as_user(ATTACKER, f"import os; os.unlink({str(target / shard)!r}); "
+                              f"os.rename({str(victims)!r}, {str(source / shard)!r})")
+    assert moved.returncode == 0, moved.stderr
+    scratch, read = [], []
+    take = Dir.take
+
+    def watched(self, *args, **kwargs):  # the attacker, told of each new scratch file (inotify), opens it
+        how, fd = take(self, *args, **kwargs)
+        for name in (n for n in self.entries() if n.endswith(".reuse")):
+            scratch.append(open(self.path(name), "rb").read())
+            read.append(as_user(ATTACKER, f"print(open({self.path(name)!r}, 'rb').read().hex())"))
+        return how, fd
+
+    monkeypatch.setattr(Dir, "take", watched)
+    hub.reset_stats()
+    assert verify_shared_copy(wk.registry.get_model("new").local_paths[0].artifact_id) == "repaired"
+    assert (target / shard).read_bytes() == files[shard] and fetched(hub, "acme/reuse-leak") == [shard]
+    assert all(r.stdout == "" and "PermissionError" in r.stderr for r in read), read
+    assert (secret not in scratch) if theirs else (scratch == [secret])
+    assert (source / shard).read_bytes() == secret

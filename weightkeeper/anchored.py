@@ -254,6 +254,21 @@ class Dir:
             self._unlink_planted(name)
         raise UnsafePathError(f"refusing {self.path(name)}: it keeps being replaced by something not a plain file")
 
+    def make_new(self, name: str, flags: int, mode: int = 0o644) -> int:
+        """A new, empty regular file `name` of this process's, open (blocking) with `flags`: whatever stands there (a
+        link, a FIFO, another user's file moved here) is unlinked, never opened; a directory is left alone
+        (`LinkInTheWayError`)."""
+        for _ in range(3):
+            self._unlink_planted(name)
+            try:
+                fd = self.open(name, flags | os.O_CREAT | os.O_EXCL, mode)
+            except FileExistsError:  # put there again meanwhile
+                continue
+            os.set_blocking(fd, True)
+            return fd
+        raise UnsafePathError(f"refusing {self.path(name)}: something keeps being put there while weightkeeper makes "
+                              "a file of its own")
+
     def _unlink_planted(self, name: str) -> None:
         try:
             self.unlink(name)  # never a directory, even one renamed there since it was opened
@@ -289,21 +304,26 @@ class Dir:
         self.rename(tmp, self, name)
 
     def take(self, src: Dir, name: str, new: str, size: int, room: Callable[[int], None], *,
-             others: bool) -> tuple[str, int]:
+             others: bool, owner: int) -> tuple[str, int]:
         """Make `new` here (a name that must not exist) the regular file `name` of `src`, which is opened first
         without following a link, so the file checked is the file put here: a hard link to that very inode
         (`linkat` of the open descriptor) when both are on one filesystem and the inode is ours alone (this
         process's, writable by no one else), else a copy (`copy_file_range`, which shares extents where the
         filesystem can) of at most `size` bytes, once `room(size)` let it (it raises to refuse). A file not of
         `size` bytes is refused before either (a planted sparse or growing file never fills the volume); so is an
-        inode not ours alone unless `others`: its bytes may be someone's choice, which only a caller whose digest
-        resists a planted collision may take. Returns "hard link" or "copy", and a descriptor open on the result
-        (the caller closes it)."""
+        inode neither this process's nor `owner`'s (the owner of the copy it is in: another user's file moved there),
+        and one not ours alone unless `others`: its bytes may be someone's choice, which only a caller whose digest
+        resists a planted collision may take. A copy is made mode 0600: the caller opens it to others only once its
+        digest matched. Returns "hard link" or "copy", and a descriptor open on the result (the caller closes it)."""
         fd = src.open(name, os.O_RDONLY)
         try:
             st = os.fstat(fd)  # a regular file (`open`)
             if st.st_size != size:
                 raise UnsafePathError(f"refusing {src.path(name)}: {st.st_size} bytes, not the {size} recorded")
+            if st.st_uid not in (os.geteuid(), owner):
+                raise UnsafePathError(f"refusing {src.path(name)} (owner uid {st.st_uid}): neither weightkeeper's nor "
+                                      f"the owner's of the copy it is in (uid {owner}); another user's file was moved "
+                                      "there")
             os.set_blocking(fd, True)
             try:  # only an inode this process owns and nobody else may write: no one can change it under the link
                 if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
@@ -319,7 +339,7 @@ class Dir:
                 if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOENT):
                     raise
             room(size)
-            out = self.open(new, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+            out = self.open(new, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)  # no one else reads it before its digest
             try:
                 os.set_blocking(out, True)
                 _copy(fd, out, size)

@@ -5,10 +5,12 @@ complete and its digest matches (sha256 for LFS files, the git blob sha1 for oth
 for S3 objects with a plain ETag). A file of at least two `PART_BYTES` is fetched as several byte
 ranges at once, each written at its offset; their progress is kept next to the partial file in
 `<file>.part.ranges`, so a later run, in any process, resumes every range where it stopped. A
-file in one range resumes from its partial file's size. Bytes that extend a file's hashed prefix
-are hashed by the thread that wrote them; a hasher thread per file reads back from the page cache
-what becomes contiguous later, so hashing overlaps the transfer. The model directory is a
-`weightkeeper.anchored.Dir`: every name below it is opened from its descriptor, never through a link.
+file in one range resumes from its partial file's size. Only a partial file of this process's own is
+resumed or written: whoever may write the model directory can move another user's file to its name.
+Bytes that extend a file's hashed prefix are hashed by the thread that wrote them; a hasher thread
+per file reads back from the page cache what becomes contiguous later, so hashing overlaps the
+transfer. The model directory is a `weightkeeper.anchored.Dir`: every name below it is opened from its
+descriptor, never through a link.
 
 Where the bytes come from is a `Transfer`: `weightkeeper.hub` (ranged GETs from the Hub) or
 `weightkeeper.s3` (ranged GETs from S3).
@@ -192,6 +194,11 @@ class _Stopped(Exception):
     """Another range of the same fetch failed: this one stops too (its error is the one reported)."""
 
 
+# A space check of one file about to be fetched again whole (its resumed bytes failed their digest, and the caller's
+# check counted them present): it raises to refuse.
+Room = Callable[[Dir, RemoteFile], None]
+
+
 # `transfer(remote, start, end, write)` calls `write(chunk)` with bytes [start, end) of `remote`, in
 # order; it raises DownloadError for an answer it cannot use, TransferInterrupted when cut short.
 Transfer = Callable[[RemoteFile, int, int, Callable[[memoryview], None]], None]
@@ -201,7 +208,7 @@ def safe_repo_path(path: str, repo_id: str) -> str:
     segments = path.split("/")
     if path.startswith("/") or posixpath.normpath(path) != path or any(
         s in ("", ".", "..") or not SEGMENT.fullmatch(s) for s in segments
-    ) or segments[0] == CACHE_DIR:
+    ) or segments[0].casefold() == CACHE_DIR:  # `.CACHE` is weightkeeper's folder where a volume folds case
         raise DownloadError(f"repository {repo_id} lists an unsafe file name {shown(path)}; refusing to download it",
                             permanent=True)
     return path
@@ -291,8 +298,8 @@ def in_place(target: Dir, remote: RemoteFile) -> bool:
 
 
 def present_bytes(target: Dir, remote: RemoteFile) -> int:
-    """Bytes of `remote` already in `target`: all of it in place, else what its partial file holds."""
-    return remote.size if in_place(target, remote) else PartialFile(target, remote, "").resumed
+    """Bytes of `remote` already in `target`: all of it in place, else what its partial file holds on disk."""
+    return remote.size if in_place(target, remote) else PartialFile(target, remote, "").allocated
 
 
 @dataclass
@@ -314,19 +321,23 @@ class PartialFile:
         self.hash_error: BaseException | None = None
         self.hashed, self.hashing = 0, False  # the digest covers bytes [0, hashed); a thread is adding to it
         self.hasher: threading.Thread | None = None
-        have, saved = 0, None
+        have, held, saved = 0, 0, None
         try:
             with self.target.descend(self.part_rel) as d:
                 st = d.lstat(self.part_name)
-                # a link, FIFO or hard link planted there is replaced by `open_regular`: nothing to resume
-                have = st.st_size if st is not None and stat.S_ISREG(st.st_mode) and st.st_nlink == 1 else 0
+                # only this process's own file is resumed: a link, FIFO or hard link planted there, or another
+                # user's file moved there by whoever may write here, is replaced by a new file (`open`)
+                if st is not None and stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and d.mine(st.st_uid):
+                    have, held = st.st_size, st.st_blocks * 512
                 raw = d.read_small(self.ranges_name)  # bounded; never a FIFO, a link or a device
                 saved = raw.decode(errors="replace") if raw is not None else None
         except (FileNotFoundError, NotADirectoryError, UnsafePathError):
             pass
-        self.truncate = have > self.remote.size  # a partial file longer than the file: start over
-        self.parts = load_parts(self.remote.size, None if self.truncate else saved, 0 if self.truncate else have)
+        if have > self.remote.size:  # a partial file longer than the file: start over
+            have, saved = 0, None
+        self.parts = load_parts(self.remote.size, saved, have)
         self.resumed = sum(p.done for p in self.parts)
+        self.allocated = min(self.resumed, held)  # what it holds on disk: a sparse file's holes are no bytes present
         self.left = sum(not p.complete for p in self.parts)  # ranges not finished yet
 
     @property
@@ -342,9 +353,15 @@ class PartialFile:
             raise DownloadError(f"{e}; refusing to write {self.remote.path} into {self.target}", permanent=True) \
                 from None
         self.save(force=True)  # before any range writes past another's start
-        self.fd = self.part_dir.open_regular(self.part_name, os.O_RDWR | os.O_CREAT)
-        if self.truncate:
-            os.ftruncate(self.fd, 0)
+        if not self.resumed:  # a new file of its own, whatever stands there: another user's file is never written
+            self.fd = self.part_dir.make_new(self.part_name, os.O_RDWR)
+        else:
+            fd = self.part_dir.open_regular(self.part_name, os.O_RDWR | os.O_CREAT)
+            if not self.part_dir.mine(os.fstat(fd).st_uid):
+                os.close(fd)
+                raise DownloadError(f"{self.part} was replaced by another user's file as its download began; it is "
+                                    "left unwritten, and the next attempt puts a new file in its place")
+            self.fd = fd
         self.digest = file_hasher(self.remote)
         self.hasher = threading.Thread(target=self._hash, name=f"hash-{self.remote.path}"[:60], daemon=True)
         self.hasher.start()
@@ -500,11 +517,12 @@ def _fetch_part(file: PartialFile, part: Part, transfer: Transfer, on_bytes: Cal
 
 def _fetch(target: Dir, remotes: Sequence[RemoteFile], transfer: Transfer, on_bytes: Callable[[int], None],
            what: str, on_start: Callable[[int], None] = lambda present: None, deadline: float = float("inf"),
-           pace: Pace = Pace()) -> int:
+           pace: Pace = Pace(), room: Room | None = None) -> int:
     """Fetch the files not in place, CONNECTIONS ranges at a time; returns bytes transferred.
     `on_start(bytes_present)` is called first with what is already there. A watchdog fails the fetch past
     `deadline`, when `on_bytes(0)` raises (it is called every `weightkeeper.watchdog.TICK` seconds), or when
-    the bytes arrive slower than `pace`."""
+    the bytes arrive slower than `pace`. A file whose resumed bytes fail its digest is fetched again at once if
+    `room` lets it; without `room` it fails the fetch, and the next attempt (its space checked) fetches it."""
     files, present = [], 0
     for remote in remotes:
         if in_place(target, remote):
@@ -545,10 +563,12 @@ def _fetch(target: Dir, remotes: Sequence[RemoteFile], transfer: Transfer, on_by
             if last and stop.is_set():
                 file.stop()
             elif last and not file.finish():
-                if not file.resumed:
+                if not file.resumed or room is None:
                     raise DownloadError(f"{file.remote.path} of {what} arrived corrupted (checksum or size mismatch); "
                                         "the partial file was dropped and the file will be fetched again")
-                _fetch(target, [file.remote], transfer, count, what, deadline=watchdog.deadline, pace=pace)  # again
+                room(target, file.remote)  # whole: the bytes dropped were counted present when space was checked
+                _fetch(target, [file.remote], transfer, count, what, deadline=watchdog.deadline, pace=pace,
+                       room=room)
         except BaseException as e:
             fail(e)
             with lock:
@@ -598,14 +618,14 @@ def fetch_file(target: Dir, remote: RemoteFile, transfer: Transfer, on_bytes: Ca
 
 
 def fetch_files(snapshot: Snapshot, target: Dir, transfer: Transfer, on_progress: Callable[[int], None],
-                deadline: float, what: str, pace: Pace = Pace()) -> int:
+                deadline: float, what: str, pace: Pace = Pace(), room: Room | None = None) -> int:
     """Fetch every missing file of `snapshot` into `target`, CONNECTIONS ranges at a time; returns bytes
     transferred.
 
     `on_progress(bytes_present)` is called as data arrives, and now and then while none does; it may
     raise to stop the download (a cancelled model). Past `deadline` (a `time.monotonic()` value), or
     slower than `pace`, the download fails. Nothing is deleted on failure: the next run resumes from
-    the partial files.
+    the partial files. A file whose resumed bytes fail its digest is fetched again at once only if `room` lets it.
     """
     lock = threading.Lock()
     present = [0]
@@ -620,4 +640,4 @@ def fetch_files(snapshot: Snapshot, target: Dir, transfer: Transfer, on_progress
             done = present[0]
         on_progress(done)
 
-    return _fetch(target, snapshot.files, transfer, on_bytes, what, on_start, deadline, pace)
+    return _fetch(target, snapshot.files, transfer, on_bytes, what, on_start, deadline, pace, room)

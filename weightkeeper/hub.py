@@ -53,6 +53,7 @@ from weightkeeper.download import (
     CONNECTIONS,
     Limits,
     RemoteFile,
+    Room,
     Snapshot,
     Transfer,
     TransferInterrupted,
@@ -558,9 +559,10 @@ def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str
 
 def fetch_snapshot(source: HfSource, snapshot: Snapshot, target: Dir, endpoint: str | None, token: str | None,
                    on_progress: Callable[[int], None], deadline: float, pace: Pace = Pace(),
-                   redirect_hosts: Collection[str] = (), budget: HubBudget = UNMETERED) -> int:
+                   redirect_hosts: Collection[str] = (), budget: HubBudget = UNMETERED,
+                   room: Room | None = None) -> int:
     """`fetch_files` from the Hub."""
     with _token_kept_out(token):
         return fetch_files(snapshot, target, hub_transfer(source, snapshot.commit, endpoint, token, redirect_hosts,
                                                           budget),
-                           on_progress, deadline, f"{source.repo_id}@{snapshot.commit[:12]}", pace)
+                           on_progress, deadline, f"{source.repo_id}@{snapshot.commit[:12]}", pace, room)

@@ -31,6 +31,7 @@ from weightkeeper.layout import is_artifacts_dir
 from weightkeeper.planning import reuse_plan
 
 logger = logging.getLogger("weightkeeper.reuse")
+FILE_MODE = 0o644  # a copy's mode, as a fetched file's
 
 
 @dataclass
@@ -84,9 +85,12 @@ def _put(target: Dir, source: Dir, source_path: str, remote: RemoteFile, room: R
     with source.descend(src_folder) as src, target.descend(f"{PARTIAL_DIR}/{folder}".rstrip("/"), create=True) as \
             scratch, target.descend(folder, create=True) as dest:
         # another's inode only for a sha256 (`file_hasher`): a git blob sha1 would pass a planted collision
-        how, fd = scratch.take(src, src_name, tmp, remote.size, room, others=bool(remote.sha256))
+        how, fd = scratch.take(src, src_name, tmp, remote.size, room, others=bool(remote.sha256),
+                               owner=os.fstat(source.fd).st_uid)
         try:
             good = os.fstat(fd).st_size == remote.size and _digest(fd, remote) == expected_digest(remote)
+            if good and how == "copy":
+                os.fchmod(fd, FILE_MODE)  # readable once it is the manifest's bytes, not another user's
         finally:
             os.close(fd)
         if not good:

@@ -34,6 +34,7 @@ from weightkeeper.download import (
     CONNECTIONS,
     Limits,
     RemoteFile,
+    Room,
     Snapshot,
     Transfer,
     TransferInterrupted,
@@ -310,9 +311,9 @@ def s3_transfer(client, uri: str) -> Transfer:
 
 
 def fill_from_s3(client, uri: str, snapshot: Snapshot, target: Dir, on_progress: Callable[[int], None],
-                 deadline: float, pace: Pace = Pace()) -> int:
+                 deadline: float, pace: Pace = Pace(), room: Room | None = None) -> int:
     """`fetch_files` from the staged (or source) prefix `uri`."""
-    return fetch_files(snapshot, target, s3_transfer(client, uri), on_progress, deadline, uri, pace)
+    return fetch_files(snapshot, target, s3_transfer(client, uri), on_progress, deadline, uri, pace, room)
 
 
 def staged(client, bucket: str, key: str, remote: RemoteFile) -> bool:
