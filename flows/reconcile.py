@@ -77,7 +77,7 @@ def _drive_models(settings: Settings, registry: Registry, models: list[Model],
         lease = runs.get(model.name)
         if lapsed.get(model.name) in queued:  # its run waits for a worker: keep it reserved, start no other
             try:  # renewed, unless that run (or another) took the lease meanwhile
-                registry.claim_run(model.name, lease.flow, lease.lease.holder, settings.lease_seconds)
+                registry.claim_run(model.name, lease.flow, lease.lease.holder, settings.lease_seconds, seen=model)
             except NotFoundError:
                 pass
             outcomes[f"model {model.name}"] = "queued"

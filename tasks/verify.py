@@ -171,7 +171,7 @@ def _fetch_again(settings: Settings, model: Model, snapshot: Snapshot, root: Dir
     """Fetch the files not in place from where `model` gets them, by `deadline` (past it: `Waits`)."""
     try:
         fetch_model_files(settings, model.source, model.staging_uri, model.token_block, snapshot, root, beat,
-                          deadline, budget, lambda d, remote: _check_room(settings, d, [remote]))
+                          deadline, budget, lambda d, files: _check_room(settings, d, files))
     except DeadlineExceeded:
         raise Waits(f"fetching its files again took longer than download_timeout_seconds = "
                     f"{settings.download_timeout_seconds}; the partial files are kept (raise it for a slow source)") \

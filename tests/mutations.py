@@ -1115,10 +1115,9 @@ MUTATIONS = {
         'tasks/verify.py', '    if problem := room_problem(d, files, settings.free_space_margin_bytes):',
         '    if False:',
         'tests/test_reconcile.py::test_a_repair_fetches_only_what_fits_from_the_hub_budget_and_a_failed_repair_is_repaired_next_pass'),
-    'repair-hub-budget': (
-        'tasks/verify.py', 'deadline, budget, lambda d, remote: _check_room(settings, d, [remote]))',
-        'deadline, room=lambda d, remote: _check_room(settings, d, [remote]))',
-        'tests/test_reconcile.py::test_a_repair_fetches_only_what_fits_from_the_hub_budget_and_a_failed_repair_is_repaired_next_pass'),
+    "repair-hub-budget": (
+        "tasks/verify.py", "deadline, budget, lambda d, files: _check_room(settings, d, files))",
+        "deadline, room=lambda d, files: _check_room(settings, d, files))", 'tests/test_reconcile.py::test_a_repair_fetches_only_what_fits_from_the_hub_budget_and_a_failed_repair_is_repaired_next_pass'),
     'verify-bounded-read': (
         'weightkeeper/verify.py', '    while read <= size and (chunk := os.read(fd, min(READ_CHUNK, size + 1 - read))):',
         '    while chunk := os.read(fd, READ_CHUNK):',
@@ -1522,20 +1521,20 @@ MUTATIONS = {
         "weightkeeper/hub.py", "            e.args = (str(e).replace(token, \"\u2026\"),)",
         "            pass", "tests/test_hub_answers.py::test_an_error_page_that_repeats_the_token_never_carries_it_into_a_message"),
     "hub-error-page-quoted-whole": (
-        "weightkeeper/hub.py", "disappeared from {where}: {said(error)}\"",
-        "disappeared from {where}: {error}\"", "tests/test_hub_answers.py::test_an_error_page_that_repeats_the_token_never_carries_it_into_a_message"),
+        "weightkeeper/hub.py", "heard = said(getattr(error, \"reason\", None) or error, [token])",
+        "heard = str(error)", "tests/test_hub_answers.py::test_an_error_page_that_repeats_the_token_never_carries_it_into_a_message"),
     "download-error-many-lines": (
         "weightkeeper/errors.py", "    text = \" \".join(text.splitlines())\n",
         "", "tests/test_hub_answers.py::test_an_error_page_that_repeats_the_token_never_carries_it_into_a_message"),
     "download-error-unbounded": (
-        "weightkeeper/errors.py", "    return text if len(text) <= limit else text[: limit - 1] + \"\u2026\"",
-        "    return text", "tests/test_hub_answers.py::test_an_error_page_that_repeats_the_token_never_carries_it_into_a_message"),
+        "weightkeeper/errors.py", "return text if len(text) <= MESSAGE_LIMIT else",
+        "return text if True else", "tests/test_hub_answers.py::test_an_error_page_that_repeats_the_token_never_carries_it_into_a_message"),
     "listing-values-unbounded": (
         "weightkeeper/hub.py", "        if body.count(b\",\") + body.count(b\"[\") + body.count(b\"{\") > values:",
         "        if False:", "tests/test_hub_answers.py::test_a_listing_that_drips_or_floods_is_cut"),
     "listing-nesting-escapes": (
         "weightkeeper/hub.py", "except (ValueError, TypeError, KeyError, RecursionError) as e:",
-        "except (ValueError, TypeError, KeyError) as e:", "tests/test_hub_answers.py::test_a_listing_nested_deeper_than_the_parser_goes_is_refused_in_one_line"),
+        "except (ValueError, TypeError, KeyError) as e:", "tests/test_hub_answers.py::test_a_listing_nested_deeper_than_the_parser_goes_or_an_error_page_of_many_values_is_refused_in_one_line"),
     "run-reserved-by-name-alone": (
         "weightkeeper/registry/runs.py", "model = self._model(s, name, seen=seen)  # locked",
         "model = self._model(s, name)  # locked", "tests/test_tenancy.py::test_a_delete_or_retry_never_lands_on_the_model_declared_under_its_name_since"),
@@ -1582,17 +1581,26 @@ MUTATIONS = {
         "weightkeeper/download.py", "segments[0].casefold() == CACHE_DIR",
         "segments[0] == CACHE_DIR", "tests/test_download.py::test_a_listed_name_outside_the_copy_or_in_weightkeepers_folder_in_any_case_is_an_unsafe_file_name"),
     "refetch-checks-room": (
-        "weightkeeper/download.py", "room(target, file.remote)  # whole",
-        "None  # whole", "tests/test_space.py::test_a_resumed_partial_file_that_fails_its_digest_is_fetched_again_only_if_it_fits[download] tests/test_space.py::test_a_resumed_partial_file_that_fails_its_digest_is_fetched_again_only_if_it_fits[repair] tests/test_download.py::test_damaged_progress_costs_a_refetch_never_a_wrong_file"),
+        "weightkeeper/download.py", "room(target, [f.remote for f in files])  # the bytes dropped",
+        "None  # the bytes dropped", "tests/test_space.py::test_a_resumed_partial_file_that_fails_its_digest_is_fetched_again_only_if_it_fits[download] tests/test_space.py::test_a_resumed_partial_file_that_fails_its_digest_is_fetched_again_only_if_it_fits[repair] tests/test_download.py::test_damaged_progress_costs_a_refetch_never_a_wrong_file"),
     "refetch-needs-a-room-check": (
         "weightkeeper/download.py", "if not file.resumed or room is None:",
         "if not file.resumed:", "tests/test_download.py::test_damaged_progress_costs_a_refetch_never_a_wrong_file"),
     "refetch-room-download": (
-        "tasks/download.py", "deadline, budget, lambda d, remote: check_free_space(model.name, d, [remote],",
-        "deadline, budget, lambda d, remote: None and (model.name, d, [remote],", "tests/test_space.py::test_a_resumed_partial_file_that_fails_its_digest_is_fetched_again_only_if_it_fits[download]"),
+        "tasks/download.py", "deadline, budget, lambda d, files: _room_again(settings, model.name, d, files))",
+        "deadline, budget, lambda d, files: None)", "tests/test_space.py::test_a_resumed_partial_file_that_fails_its_digest_is_fetched_again_only_if_it_fits[download]"),
     "refetch-room-repair": (
-        "tasks/verify.py", "deadline, budget, lambda d, remote: _check_room(settings, d, [remote]))",
-        "deadline, budget, lambda d, remote: None)", "tests/test_space.py::test_a_resumed_partial_file_that_fails_its_digest_is_fetched_again_only_if_it_fits[repair]"),
+        "tasks/verify.py", "deadline, budget, lambda d, files: _check_room(settings, d, files))",
+        "deadline, budget, lambda d, files: None)", "tests/test_space.py::test_a_resumed_partial_file_that_fails_its_digest_is_fetched_again_only_if_it_fits[repair]"),
+    "said-cuts-before-scrubbing": (
+        "weightkeeper/errors.py", "        line = line.replace(secret, \"\u2026\")",
+        "        pass", "tests/test_hub_answers.py::test_an_error_page_that_repeats_the_token_never_carries_it_into_a_message"),
+    "listing-error-body-parsed-unbounded": (
+        "weightkeeper/hub.py", "        if body.count(b\",\") + body.count(b\"[\") + body.count(b\"{\") > values:",
+        "        if response.status < 400 and body.count(b\",\") + body.count(b\"[\") + body.count(b\"{\") > values:", "tests/test_hub_answers.py::test_a_listing_nested_deeper_than_the_parser_goes_or_an_error_page_of_many_values_is_refused_in_one_line"),
+    "run-bound-in-the-registrys-zone": (
+        "weightkeeper/runs.py", "model.created_at.astimezone(timezone.utc).isoformat()",
+        "model.created_at.isoformat()", "tests/test_tenancy.py::test_a_run_is_bound_to_its_model_whatever_time_zone_the_registry_answers_in"),
 }
 
 

@@ -30,7 +30,7 @@ from weightkeeper.tasks.snapshot import resolve_revision
 from weightkeeper.anchored import Dir
 from weightkeeper.config import S3Settings, load_settings
 from weightkeeper.download import Limits, RemoteFile, Snapshot, collision, fetch_files, shown
-from weightkeeper.errors import MESSAGE_LIMIT, ConfigError, DownloadError
+from weightkeeper.errors import MESSAGE_LIMIT, SAID_CHARS, ConfigError, DownloadError, said
 from weightkeeper.hub import check_access, hub_transfer, kind, model_info, resolve_snapshot, route
 from weightkeeper.hubserver import LISTING, HubServer
 from weightkeeper.layout import HfSource
@@ -373,13 +373,15 @@ def test_a_listing_that_drips_or_floods_is_cut(wk, hub, monkeypatch):
     assert "the listing holds over 100160 values (max_manifest_files 10)" in failed(wk, "listing-bloat")
 
 
-def test_a_listing_nested_deeper_than_the_parser_goes_is_refused_in_one_line():
-    body = b"[" * 60_000 + b"]" * 60_000
-    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
-    with raw_listing(head, body) as url:
-        with pytest.raises(DownloadError, match="the listing is not a model's") as e:
-            model_info(HfSource("acme/deep"), url, None, Limits())
-    assert e.value.permanent
+def test_a_listing_nested_deeper_than_the_parser_goes_or_an_error_page_of_many_values_is_refused_in_one_line():
+    """Parsed, an error's body (its message) costs as much as a listing's: both are bounded before parsing."""
+    for status, body, refused in ((b"200 OK", b"[" * 60_000 + b"]" * 60_000, "the listing is not a model's"),
+                                  (b"500 Oops", b"[" + b"{}," * 200_000 + b"{}]", "the listing holds over 100160 values")):
+        head = (b"HTTP/1.1 " + status + b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+        with raw_listing(head, body) as url:
+            with pytest.raises(DownloadError, match=refused) as e:
+                model_info(HfSource("acme/deep"), url, None, Limits(max_manifest_files=10))
+        assert e.value.permanent and "\n" not in str(e.value)
 
 
 @contextlib.contextmanager
@@ -527,12 +529,24 @@ def test_an_error_page_that_repeats_the_token_never_carries_it_into_a_message():
     the registry, the logs and the run's state, holds one short line and never the token."""
     token = "hf_ECHOEDsecret1234567890abcdef"
     with echoing_hub() as url:
+        staged = hub_transfer(HfSource("acme/echo"), "a" * 40, url, token)  # as staging to S3 fetches
         for call in (lambda: resolve_snapshot(HfSource("acme/echo"), url, token),
-                     lambda: check_access(HfSource("acme/echo", "a" * 40), "config.json", url, token)):
+                     lambda: check_access(HfSource("acme/echo", "a" * 40), "config.json", url, token),
+                     lambda: staged(RemoteFile("config.json", 10, "b" * 40), 0, 10, lambda chunk: None)):
             with pytest.raises(DownloadError, match="a file of acme/echo disappeared from") as e:
                 call()
             assert token not in str(e.value) and "Bearer …" in str(e.value), str(e.value)
             assert "\n" not in str(e.value) and len(str(e.value)) < 400, str(e.value)
+    weights = {"rfilename": "model.safetensors", "blobId": "a" * 40, "size": 1,
+               "lfs": {"sha256": "b" * 64, "size": 1, "pointerSize": 134}}
+    body = json.dumps({"id": "acme/echo", "sha": token, "siblings": [weights]}).encode()  # as an answer's value
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+    with raw_listing(head, body) as url:
+        with pytest.raises(DownloadError, match="its commit '…' is not 40 hex digits") as e:
+            resolve_snapshot(HfSource("acme/echo"), url, token)
+    assert token not in str(e.value), str(e.value)
+    cut = said("x" * (SAID_CHARS - 10) + token, [token])  # a token the cut would halve is gone before it
+    assert token[:8] not in cut and cut.endswith("x…"), cut
     flood = str(DownloadError("INFO forged log line\n" * 1000))  # whatever a message quotes: one line, bounded
     assert "\n" not in flood and len(flood) == MESSAGE_LIMIT and flood.startswith("INFO forged log line INFO")
 
@@ -580,7 +594,7 @@ def test_a_signed_url_that_cannot_be_reached_never_reaches_a_message_or_a_log(wk
     wk.declare("signed", f"hf://{repo}", workspaces=["team-a"])
     assert ensure_model("signed") == "Failed"
     model = wk.registry.get_model("signed")
-    assert "cannot reach" in model.message and "/cdn/x?…" in model.message
+    assert f"cannot reach http://localhost:{port}/cdn/x, where" in model.message, model.message
     seen = str(model.to_json()) + caplog.text
     assert "SIGNEDsecret" not in seen and "AKIASIGNED" not in seen
 

@@ -390,6 +390,18 @@ def test_a_run_started_for_a_model_leaves_the_one_declared_under_its_name_since_
     assert [(p.status, p.owned) for p in hers.local_paths] == [("Pending", False)]
 
 
+def test_a_run_is_bound_to_its_model_whatever_time_zone_the_registry_answers_in():
+    """PostgreSQL answers a creation time in its session's zone: the same instant binds the same model."""
+    from datetime import datetime, timedelta, timezone
+    from types import SimpleNamespace
+
+    from weightkeeper.runs import bound_to
+
+    utc = datetime(2026, 12, 5, 23, 0, tzinfo=timezone.utc)
+    elsewhere = utc.astimezone(timezone(timedelta(hours=2)))
+    assert bound_to(SimpleNamespace(id=7, created_at=utc)) == bound_to(SimpleNamespace(id=7, created_at=elsewhere))
+
+
 def test_create_refuses_a_name_taken_by_a_model_the_caller_cannot_see_without_saying_its_phase(api):
     """Names are global, so bob's create of a name alice's private model holds is refused; the refusal says only that
     the name is taken (one answer whether her model is live or being deleted), as a GET of it answers 404."""

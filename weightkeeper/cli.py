@@ -34,10 +34,9 @@ from weightkeeper.registry.listing import DEFAULT_LIMIT, SORTS, ListQuery, Viewe
 from weightkeeper.service import declare_model, move_model, switch_revision
 
 
-
 def _console(stderr: bool = False) -> Console:
     """What is printed quotes paths, messages and file names as they are (no markup). Into a file or another
-    program, a line is printed whole: never wrapped or cut at 80 columns."""
+    program, a line of text is printed whole, never wrapped or cut at 80 columns (a table still fits 80)."""
     made = Console(stderr=stderr, markup=False, emoji=False)
     made.soft_wrap = not made.is_terminal
     return made

@@ -194,9 +194,9 @@ class _Stopped(Exception):
     """Another range of the same fetch failed: this one stops too (its error is the one reported)."""
 
 
-# A space check of one file about to be fetched again whole (its resumed bytes failed their digest, and the caller's
-# check counted them present): it raises to refuse.
-Room = Callable[[Dir, RemoteFile], None]
+# A space check of a fetch's files before one of them is fetched again whole (its resumed bytes failed their digest,
+# and the caller's first check counted them present): it raises to refuse.
+RoomCheck = Callable[[Dir, Sequence[RemoteFile]], None]
 
 
 # `transfer(remote, start, end, write)` calls `write(chunk)` with bytes [start, end) of `remote`, in
@@ -331,7 +331,7 @@ class PartialFile:
                     have, held = st.st_size, st.st_blocks * 512
                 raw = d.read_small(self.ranges_name)  # bounded; never a FIFO, a link or a device
                 saved = raw.decode(errors="replace") if raw is not None else None
-        except (FileNotFoundError, NotADirectoryError, UnsafePathError):
+        except (OSError, UnsafePathError):  # gone, or unreadable (a probe of `mine` over quota): nothing to resume
             pass
         if have > self.remote.size:  # a partial file longer than the file: start over
             have, saved = 0, None
@@ -517,7 +517,7 @@ def _fetch_part(file: PartialFile, part: Part, transfer: Transfer, on_bytes: Cal
 
 def _fetch(target: Dir, remotes: Sequence[RemoteFile], transfer: Transfer, on_bytes: Callable[[int], None],
            what: str, on_start: Callable[[int], None] = lambda present: None, deadline: float = float("inf"),
-           pace: Pace = Pace(), room: Room | None = None) -> int:
+           pace: Pace = Pace(), room: RoomCheck | None = None) -> int:
     """Fetch the files not in place, CONNECTIONS ranges at a time; returns bytes transferred.
     `on_start(bytes_present)` is called first with what is already there. A watchdog fails the fetch past
     `deadline`, when `on_bytes(0)` raises (it is called every `weightkeeper.watchdog.TICK` seconds), or when
@@ -566,7 +566,7 @@ def _fetch(target: Dir, remotes: Sequence[RemoteFile], transfer: Transfer, on_by
                 if not file.resumed or room is None:
                     raise DownloadError(f"{file.remote.path} of {what} arrived corrupted (checksum or size mismatch); "
                                         "the partial file was dropped and the file will be fetched again")
-                room(target, file.remote)  # whole: the bytes dropped were counted present when space was checked
+                room(target, [f.remote for f in files])  # the bytes dropped were counted present by the first check
                 _fetch(target, [file.remote], transfer, count, what, deadline=watchdog.deadline, pace=pace,
                        room=room)
         except BaseException as e:
@@ -613,12 +613,13 @@ def _fetch(target: Dir, remotes: Sequence[RemoteFile], transfer: Transfer, on_by
 def fetch_file(target: Dir, remote: RemoteFile, transfer: Transfer, on_bytes: Callable[[int], None],
                what: str, deadline: float = float("inf"), pace: Pace = Pace()) -> int:
     """Fetch one file into place (its ranges in parallel); returns the bytes transferred (0 when already there).
-    `on_bytes(0)` is called now and then and may raise to stop (a deleted model)."""
+    `on_bytes(0)` is called now and then and may raise to stop (a deleted model). A resumed file that fails its
+    digest fails the fetch (no space check to fetch it again here): the next one fetches it whole."""
     return _fetch(target, [remote], transfer, on_bytes, what, deadline=deadline, pace=pace)
 
 
 def fetch_files(snapshot: Snapshot, target: Dir, transfer: Transfer, on_progress: Callable[[int], None],
-                deadline: float, what: str, pace: Pace = Pace(), room: Room | None = None) -> int:
+                deadline: float, what: str, pace: Pace = Pace(), room: RoomCheck | None = None) -> int:
     """Fetch every missing file of `snapshot` into `target`, CONNECTIONS ranges at a time; returns bytes
     transferred.
 

@@ -2,6 +2,7 @@
 
 import logging
 import re
+from collections.abc import Iterable
 
 _URL = re.compile(r"(https?://)(?:[^\s/?#@'\"<>]*@)?([^\s?#'\"<>]*)([?#][^\s'\"<>]*)?", re.IGNORECASE)
 _PATH = re.compile(r"((?<![^\s'\"(=,])/[^\s?#'\"<>]*)[?#][^\s'\"<>)]*")  # a bare path, its query: "url: /p?q"
@@ -11,16 +12,22 @@ MESSAGE_LIMIT = 2000  # characters of a message: the registry keeps no more, and
 SAID_CHARS = 200  # of what a server said (or its client library said of the answer), quoted in a message
 
 
-def said(text: object) -> str:
-    """What a server said, quoted in a message: one line of at most SAID_CHARS characters."""
-    line = " ".join(str(text or "").split())
+def said(text: object, secrets: Iterable[str | None] = ()) -> str:
+    """What a server said, quoted in a message: one line of at most SAID_CHARS characters, each of `secrets` (what
+    the request sent, which a server may repeat) replaced by "…" before it is cut."""
+    line = str(text or "")
+    for secret in filter(None, secrets):
+        line = line.replace(secret, "…")
+    line = " ".join(line.split())
     return line if len(line) <= SAID_CHARS else f"{line[:SAID_CHARS]}..."
 
 
-def one_line(text: str, limit: int = MESSAGE_LIMIT) -> str:
-    """`text` on one line (its line breaks become spaces), cut to `limit` characters."""
+def one_line(text: str) -> str:
+    """`text` on one line (its line breaks become spaces) of at most MESSAGE_LIMIT characters, cut in the middle:
+    what to do next comes last."""
     text = " ".join(text.splitlines())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    half = MESSAGE_LIMIT // 2
+    return text if len(text) <= MESSAGE_LIMIT else f"{text[:half]} … {text[-(MESSAGE_LIMIT - half - 3):]}"
 
 
 def redact_urls(text: str) -> str:

@@ -53,7 +53,7 @@ from weightkeeper.download import (
     CONNECTIONS,
     Limits,
     RemoteFile,
-    Room,
+    RoomCheck,
     Snapshot,
     Transfer,
     TransferInterrupted,
@@ -281,9 +281,11 @@ def status_error(status: int | None, source: HfSource, endpoint: str | None) -> 
                          f"{'fix access and retry' if permanent else 'will retry'}", permanent=permanent)
 
 
-def hub_error(error: Exception, source: HfSource, endpoint: str | None) -> DownloadError:
-    """Translate a client error into one line that says what to do."""
+def hub_error(error: Exception, source: HfSource, endpoint: str | None, token: str | None) -> DownloadError:
+    """Translate a client error into one line that says what to do, quoting at most SAID_CHARS of what the server
+    (or the client, of its answer) said, never `token`."""
     where = endpoint or "the Hugging Face Hub"
+    heard = said(getattr(error, "reason", None) or error, [token])  # urllib3's MaxRetryError: its cause
     if isinstance(error, GatedRepoError):
         return DownloadError(f"{source.repo_id} is gated on {where}: accept its terms on the Hub and give the model "
                              "a token block (--token-block) of an account that has access", permanent=True)
@@ -294,28 +296,28 @@ def hub_error(error: Exception, source: HfSource, endpoint: str | None) -> Downl
         return DownloadError(f"revision {source.revision!r} does not exist in {source.repo_id} on {where}",
                              permanent=True)
     if isinstance(error, RemoteEntryNotFoundError):
-        return DownloadError(f"a file of {source.repo_id} disappeared from {where}: {said(error)}", permanent=True)
+        return DownloadError(f"a file of {source.repo_id} disappeared from {where}: {heard}", permanent=True)
     if isinstance(error, HfHubHTTPError):
         return status_error(error.response.status_code if error.response is not None else None, source, endpoint)
     if isinstance(error, (httpx2.HTTPError, urllib3.exceptions.HTTPError)):
-        return DownloadError(f"cannot reach {where} for {source.repo_id}: {error}; will retry")
+        return DownloadError(f"cannot reach {where} for {source.repo_id}: {heard}; will retry")
     if isinstance(error, OSError):
-        return DownloadError(f"download of {source.repo_id} from {where} was cut short: {error}; will retry")
-    return DownloadError(f"downloading {source.repo_id} failed: {error}")
+        return DownloadError(f"download of {source.repo_id} from {where} was cut short: {heard}; will retry")
+    return DownloadError(f"downloading {source.repo_id} failed: {heard}")
 
 
-def _hub_call(call: Callable[[], R], source: HfSource, endpoint: str | None) -> R:
+def _hub_call(call: Callable[[], R], source: HfSource, endpoint: str | None, token: str | None) -> R:
     """`call()` through `huggingface_hub`: its 429 answer raised as Throttled, any other error as `hub_error`."""
     try:
         return call()
     except HfHubHTTPError as e:
         if e.response is not None and e.response.status_code == 429:
             raise Throttled(e.response.headers) from None
-        raise hub_error(e, source, endpoint) from None
+        raise hub_error(e, source, endpoint, token) from None
     except DownloadError:  # ours, as it is
         raise
     except Exception as e:  # noqa: BLE001 - every client error becomes a DownloadError
-        raise hub_error(e, source, endpoint) from None
+        raise hub_error(e, source, endpoint, token) from None
 
 
 @contextlib.contextmanager
@@ -324,7 +326,7 @@ def _token_kept_out(token: str | None) -> Iterator[None]:
     raised within never carries the token, whatever part of the answer it quotes."""
     try:
         yield
-    except DownloadError as e:
+    except (DownloadError, TransferInterrupted) as e:
         if token and token in str(e):
             e.args = (str(e).replace(token, "…"),)
         raise
@@ -347,7 +349,7 @@ def _resolve(source: HfSource, endpoint: str | None, token: str | None, limits: 
              include: list[str] | None, exclude: list[str] | None, redirect_hosts: Collection[str]) -> Snapshot:
     home = endpoint or constants.ENDPOINT
     info = budget.call(budget_key(home, token), "api", lambda: _hub_call(
-        lambda: model_info(source, home, token, limits, redirect_hosts), source, endpoint),
+        lambda: model_info(source, home, token, limits, redirect_hosts), source, endpoint, token),
         f"{source.repo_id} on {home}")
     where = f"{source.repo_id} from {endpoint or 'the Hugging Face Hub'}"
     if source.pinned_commit and info.sha != source.pinned_commit:
@@ -372,7 +374,8 @@ def model_info(source: HfSource, home: str, token: str | None, limits: Limits,
     """The revision's commit and files (`/api/models/<repo>/revision/<rev>?blobs=true` on the endpoint `home`), as
     `HfApi.model_info` asks, but bounded: a redirect is followed only by `route`, and with the token only within
     `home`'s origin (a renamed repository); the answer may take API_TIMEOUT_SECONDS in all and hold LISTING_BYTES
-    plus LISTING_BYTES_PER_FILE per `max_manifest_files`, and as many JSON values (LISTING_VALUES...)."""
+    plus LISTING_BYTES_PER_FILE per `max_manifest_files`, and as many JSON values, LISTING_VALUES plus
+    LISTING_VALUES_PER_FILE per `max_manifest_files` (an error's body too)."""
     url = f"{home}/api/models/{source.repo_id}/revision/{quote(source.revision, safe='')}?blobs=true"
     headers = {**build_hf_headers(token=token or False, library_name="weightkeeper"), "Accept-Encoding": "identity"}
     anonymous = {k: v for k, v in headers.items() if k.lower() != "authorization"}
@@ -402,13 +405,13 @@ def model_info(source: HfSource, home: str, token: str | None, limits: Limits,
                                                                  f"(max_manifest_files {limits.max_manifest_files})")
         finally:
             response.close()
+        values = LISTING_VALUES + LISTING_VALUES_PER_FILE * limits.max_manifest_files
+        if body.count(b",") + body.count(b"[") + body.count(b"{") > values:  # parsed (an error's too), a small answer
+            raise DownloadError(f"refusing {where}: the listing holds over {values} values (max_manifest_files "  # can
+                                f"{limits.max_manifest_files})", permanent=True)                             # take GiBs
         kept = {k: v for k, v in response.headers.items() if k.lower() not in FRAMING}
         hf_raise_for_status(httpx2.Response(response.status, headers=kept, content=body,
                                             request=httpx2.Request("GET", to.url)))  # an error's body is its message
-        values = LISTING_VALUES + LISTING_VALUES_PER_FILE * limits.max_manifest_files
-        if body.count(b",") + body.count(b"[") + body.count(b"{") > values:  # parsed, a small answer can take GiBs
-            raise DownloadError(f"refusing {where}: the listing holds over {values} values (max_manifest_files "
-                                f"{limits.max_manifest_files})", permanent=True)
         try:
             return ModelInfo(**json.loads(body))
         except (ValueError, TypeError, KeyError, RecursionError) as e:
@@ -462,7 +465,7 @@ def check_access(source: HfSource, path: str, endpoint: str | None, token: str |
     home = endpoint or constants.ENDPOINT
     with _token_kept_out(token):
         budget.call(budget_key(home, token), "resolve",
-                    lambda: _hub_call(lambda: locate_file(url, token, home), source, endpoint),
+                    lambda: _hub_call(lambda: locate_file(url, token, home), source, endpoint, token),
                     f"{path} of {source.repo_id}")
 
 
@@ -495,7 +498,8 @@ def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str
             if remote.path not in located:
                 url = hf_hub_url(source.repo_id, remote.path, revision=commit, endpoint=endpoint)
                 located[remote.path] = check(remote, budget.call(key, "resolve", lambda: _hub_call(
-                    lambda: locate_file(url, token, home), source, endpoint), f"{remote.path} of {source.repo_id}"))
+                    lambda: locate_file(url, token, home), source, endpoint, token),
+                    f"{remote.path} of {source.repo_id}"))
             return located[remote.path]
         finally:
             lock.release()
@@ -508,10 +512,10 @@ def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str
                 response = _get(to, {**(headers if own else anonymous), **wanted}, timeout)
             except urllib3.exceptions.HTTPError as e:
                 if own:
-                    raise hub_error(e, source, endpoint) from None
+                    raise hub_error(e, source, endpoint, token) from None
                 at = f" at {' or '.join(to.addresses)}" if to.addresses else ""
                 raise DownloadError(f"cannot reach {without_query(to.url)}{at}, where {home} sent {remote.path} of "
-                                    f"{source.repo_id}: {e}; will retry") from None
+                                    f"{source.repo_id}: {said(getattr(e, 'reason', None) or e)}; will retry") from None
             if own and response.status == 429:
                 throttled = Throttled(response.headers)
                 response.close()
@@ -547,22 +551,24 @@ def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str
             else:
                 raise status_error(response.status, source, endpoint)
         except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as e:  # cut mid-body, or no data
-            raise TransferInterrupted(f"{type(e).__name__}: {e}") from None                # within the read timeout
+            raise TransferInterrupted(f"{type(e).__name__}: {said(e, [token])}") from None  # within the read timeout
         finally:
             if left == 0 and response._fp.isclosed():  # the whole body was read: the connection can be reused
                 response.release_conn()
             else:
                 response.close()
 
-    return transfer
+    def kept_out(remote: RemoteFile, start: int, end: int, write: Callable[[memoryview], None]) -> None:
+        with _token_kept_out(token):
+            transfer(remote, start, end, write)
+
+    return kept_out
 
 
 def fetch_snapshot(source: HfSource, snapshot: Snapshot, target: Dir, endpoint: str | None, token: str | None,
                    on_progress: Callable[[int], None], deadline: float, pace: Pace = Pace(),
                    redirect_hosts: Collection[str] = (), budget: HubBudget = UNMETERED,
-                   room: Room | None = None) -> int:
+                   room: RoomCheck | None = None) -> int:
     """`fetch_files` from the Hub."""
-    with _token_kept_out(token):
-        return fetch_files(snapshot, target, hub_transfer(source, snapshot.commit, endpoint, token, redirect_hosts,
-                                                          budget),
-                           on_progress, deadline, f"{source.repo_id}@{snapshot.commit[:12]}", pace, room)
+    return fetch_files(snapshot, target, hub_transfer(source, snapshot.commit, endpoint, token, redirect_hosts, budget),
+                       on_progress, deadline, f"{source.repo_id}@{snapshot.commit[:12]}", pace, room)

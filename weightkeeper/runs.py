@@ -6,6 +6,7 @@ import contextvars
 import functools
 import time
 import uuid
+from datetime import timezone
 from collections.abc import Callable
 from typing import TypeVar
 from uuid import UUID
@@ -106,7 +107,7 @@ class NoDeployment(Exception):
 def bound_to(model: Model) -> str:
     """The model a started run is for: its registry id and creation time (SQLite may give a model declared
     since under its name the same id, never the same creation time)."""
-    return f"{model.id}@{model.created_at.isoformat()}"
+    return f"{model.id}@{model.created_at.astimezone(timezone.utc).isoformat()}"  # PostgreSQL's in its session's zone
 
 
 def reserve(registry: Registry, settings: Settings, flow: str, name: str, key: str,

@@ -34,7 +34,7 @@ from weightkeeper.download import (
     CONNECTIONS,
     Limits,
     RemoteFile,
-    Room,
+    RoomCheck,
     Snapshot,
     Transfer,
     TransferInterrupted,
@@ -311,7 +311,7 @@ def s3_transfer(client, uri: str) -> Transfer:
 
 
 def fill_from_s3(client, uri: str, snapshot: Snapshot, target: Dir, on_progress: Callable[[int], None],
-                 deadline: float, pace: Pace = Pace(), room: Room | None = None) -> int:
+                 deadline: float, pace: Pace = Pace(), room: RoomCheck | None = None) -> int:
     """`fetch_files` from the staged (or source) prefix `uri`."""
     return fetch_files(snapshot, target, s3_transfer(client, uri), on_progress, deadline, uri, pace, room)
 

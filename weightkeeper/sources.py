@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from weightkeeper.anchored import Dir
 from weightkeeper.config import Settings
-from weightkeeper.download import Limits, Room, Snapshot
+from weightkeeper.download import Limits, RoomCheck, Snapshot
 from weightkeeper.hub import check_access as hub_check
 from weightkeeper.hub import fetch_snapshot, resolve_snapshot
 from weightkeeper.hubbudget import UNMETERED, HubBudget, hub_budget
@@ -66,7 +66,7 @@ def check_access(settings: Settings, registry, source: str, token_block: str | N
 
 def fetch_model_files(settings: Settings, source: str, staging_uri: str | None, token_block: str | None,
                       snapshot: Snapshot, target: Dir, on_progress: Callable[[int], None], deadline: float,
-                      budget: HubBudget = UNMETERED, room: Room | None = None) -> int:
+                      budget: HubBudget = UNMETERED, room: RoomCheck | None = None) -> int:
     """Fetch the snapshot's missing files into `target` from S3 when the model has it there, else the Hub
     (its requests taken from `budget`); `room`: as `weightkeeper.download.fetch_files`."""
     if uri := s3_uri(settings, source, staging_uri, snapshot.copy):
