@@ -8,7 +8,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from uuid import UUID
 
@@ -37,7 +37,7 @@ from weightkeeper.runtime import fetch_in_slot
 from weightkeeper.context import current
 from weightkeeper.sharing import discard, file_lock, is_ready, mark_ready
 from weightkeeper.sources import check_access, fetch_model_files, s3_uri
-from weightkeeper.space import check_free_space, room_problem
+from weightkeeper.space import check_free_space
 from weightkeeper.verify import verify_copy
 
 WAIT_POLL_SECONDS = 2.0
@@ -196,14 +196,6 @@ def reuse_into(settings: Settings, registry: Registry, model: Model, snapshot: S
 
 
 
-def _room_again(settings: Settings, name: str, target: Dir, files: Sequence[RemoteFile]) -> None:
-    """Before a file whose resumed bytes failed their digest is fetched again whole: the fetch's files still fit."""
-    if problem := room_problem(target, files, settings.free_space_margin_bytes):
-        raise DownloadError(f"no space for model {name!r} in {target} to fetch again a file whose resumed bytes failed "
-                            f"their digest: it {problem}. Free space on the volume (or lower "
-                            f"free_space_margin_bytes), then run `weightkeeper model ensure {name}`", permanent=True)
-
-
 def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: Snapshot, target: Dir,
                reporter: Reporter) -> None:
     """Fetch what is missing in `target`, holding a download slot while bytes flow (`HubBudget.held`)."""
@@ -229,7 +221,9 @@ def fetch_into(settings: Settings, registry: Registry, model: Model, snapshot: S
     def fetch(deadline: float) -> None:  # in a download slot (again after a long wait for the Hub budget)
         registry.set_path_message(model.name, reporter.entry.id, reporter.status, downloading)
         fetch_model_files(settings, model.source, model.staging_uri, model.token_block, snapshot, target, meter,
-                          deadline, budget, lambda d, files: _room_again(settings, model.name, d, files))
+                          deadline, budget, lambda d, files: check_free_space(
+                              model.name, d, files, settings.free_space_margin_bytes,
+                              "a file whose resumed bytes failed their digest was not fetched again"))
 
     with FetchMeter(registry, reporter.entry.workspace, source, reporter.beat) as meter:
         fetch_in_slot(settings, budget, reporter.beat, fetch)

@@ -1587,8 +1587,8 @@ MUTATIONS = {
         "weightkeeper/download.py", "if not file.resumed or room is None:",
         "if not file.resumed:", "tests/test_download.py::test_damaged_progress_costs_a_refetch_never_a_wrong_file"),
     "refetch-room-download": (
-        "tasks/download.py", "deadline, budget, lambda d, files: _room_again(settings, model.name, d, files))",
-        "deadline, budget, lambda d, files: None)", "tests/test_space.py::test_a_resumed_partial_file_that_fails_its_digest_is_fetched_again_only_if_it_fits[download]"),
+        "tasks/download.py", "deadline, budget, lambda d, files: check_free_space(\n",
+        "deadline, budget, lambda d, files: None and check_free_space(\n", "tests/test_space.py::test_a_resumed_partial_file_that_fails_its_digest_is_fetched_again_only_if_it_fits[download]"),
     "refetch-room-repair": (
         "tasks/verify.py", "deadline, budget, lambda d, files: _check_room(settings, d, files))",
         "deadline, budget, lambda d, files: None)", "tests/test_space.py::test_a_resumed_partial_file_that_fails_its_digest_is_fetched_again_only_if_it_fits[repair]"),

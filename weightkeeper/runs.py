@@ -6,8 +6,8 @@ import contextvars
 import functools
 import time
 import uuid
-from datetime import timezone
 from collections.abc import Callable
+from datetime import timezone
 from typing import TypeVar
 from uuid import UUID
 

@@ -32,9 +32,11 @@ def room_problem(target: Dir | str, files: Iterable[RemoteFile], margin: int) ->
     return space_problem(needed, free, margin, mount)
 
 
-def check_free_space(name: str, target: Dir | str, files: Iterable[RemoteFile], margin: int) -> None:
-    """Fail fast, before any byte of model `name` is written, when the missing files do not fit (`room_problem`)."""
+def check_free_space(name: str, target: Dir | str, files: Iterable[RemoteFile], margin: int,
+                     done: str = "nothing was written") -> None:
+    """Fail fast, before any byte of model `name` is written (or before a file whose resumed bytes failed their
+    digest is fetched again whole: `done` says so), when the missing files do not fit (`room_problem`)."""
     if problem := room_problem(target, files, margin):
-        raise DownloadError(f"no space for model {name!r} in {target}: it {problem}; nothing was written. "
+        raise DownloadError(f"no space for model {name!r} in {target}: it {problem}; {done}. "
                             "Free space on the volume (or lower free_space_margin_bytes), then run "
                             f"`weightkeeper model ensure {name}`", permanent=True)
