@@ -19,7 +19,7 @@ from prefect.states import Cancelled
 
 from weightkeeper.tasks.snapshot import retry_transient
 from weightkeeper.config import Settings, Workspace
-from weightkeeper.download import RemoteFile, Snapshot, in_place
+from weightkeeper.download import RemoteFile, Snapshot, in_place, listed_otherwise
 from weightkeeper.hubbudget import budget_message, hub_budget
 from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError, NotOursError, UnsafePathError
 from weightkeeper.anchored import Dir, open_parent
@@ -269,6 +269,10 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
     files = [f.to_json() for f in snapshot.files]
     while True:
         artifact = registry.artifact_for(snapshot.repo_id, snapshot.commit, entry.cluster, ws.volume, path, files)
+        if relisted := listed_otherwise(artifact.files, files):  # the copy holds (or is filled with) other files
+            raise DownloadError(f"the Hub lists {relisted} of {snapshot.repo_id}@{snapshot.commit} otherwise than when "
+                                f"its shared copy {path} was made (a commit's files never change): check the Hub "
+                                "endpoint", permanent=True)
         copy_holder = Holder.here(f"artifact/{flow_run.id or 'process'}/{artifact.id}")
         try:
             if (blocker := registry.claim_artifact(artifact.id, copy_holder, settings.lease_seconds)) is None:

@@ -150,8 +150,8 @@ MUTATIONS = {
                           "        if False:",
                           "tests/test_sharing.py::test_hub_unreachable_during_repair_fails_the_models_until_it_is_back"),
     "artifacts-guard": ("weightkeeper/guard.py",
-                        "        if not artifact and (inside := next(filter(is_artifacts_dir, segments), None)):",
-                        "        if False:",
+                        "    if not artifact and (inside := next(filter(is_artifacts_dir, segments), None)):",
+                        "    if False:",
                         "tests/test_guard.py"),
     "relative-link": ("weightkeeper/layout.py", "    return posixpath.relpath(artifact, posixpath.dirname(path))",
                       "    return artifact", "tests/test_layout.py tests/test_sharing.py::test_two_models_share_one_copy_and_it_goes_with_the_last"),
@@ -1601,6 +1601,36 @@ MUTATIONS = {
     "run-bound-in-the-registrys-zone": (
         "weightkeeper/runs.py", "model.created_at.astimezone(timezone.utc).isoformat()",
         "model.created_at.isoformat()", "tests/test_tenancy.py::test_a_run_is_bound_to_its_model_whatever_time_zone_the_registry_answers_in"),
+    "pod-list-nested-json-uncaught": (
+        "weightkeeper/pods.py", "    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes",
+        "    except ValueError:", "tests/test_kube.py::test_the_pod_check_refuses_answers_no_api_server_gives_in_one_short_line[nested]"),
+    "pod-names-unchecked": (
+        "weightkeeper/pods.py", "\n                                              and POD_NAME.fullmatch(p[\"metadata\"][\"name\"]) for p in items):",
+        " for p in items):", "tests/test_kube.py::test_the_pod_check_refuses_answers_no_api_server_gives_in_one_short_line[pod-names]"),
+    "pod-list-reason-unbounded": (
+        "weightkeeper/pods.py", "{said(response.reason)}",
+        "{response.reason}", "tests/test_kube.py::test_the_pod_check_refuses_answers_no_api_server_gives_in_one_short_line[long-reason]"),
+    "worker-name-cut-collides": (
+        "weightkeeper/kube.py", "    return name if len(name) <= 63 else f\"{name[:54]}-{hashlib.sha256(pool.encode()).hexdigest()[:8]}\"",
+        "    return name[:63]", "tests/test_kube.py::test_pools_whose_names_begin_alike_get_worker_objects_of_their_own"),
+    "delete-unlinks-a-link-it-never-made": (
+        "weightkeeper/fsops.py", "made == LINK and _names_a_copy(path, parent.readlink(name), volumes)",
+        "made in (LINK, None)", "tests/test_attacks.py::test_a_link_a_user_put_at_the_path_is_never_removed_by_the_delete"),
+    "delete-unlinks-any-link": (
+        "weightkeeper/fsops.py", "made == LINK and _names_a_copy(path, parent.readlink(name), volumes)",
+        "made == LINK", "tests/test_attacks.py::test_a_link_a_user_put_at_the_path_is_never_removed_by_the_delete"),
+    "guard-first-rule-of-a-volume-only": (
+        "weightkeeper/guard.py", "    for volume in sorted((v for v in volumes if v.root.rstrip(\"/\") == root), key=lambda v: v.models_dir not in segments):",
+        "    for volume in [next(v for v in volumes if v.root.rstrip(\"/\") == root)]:", "tests/test_guard.py::test_workspaces_of_one_volume_each_remove_below_their_own_models_dir"),
+    "switch-join-moves-another-models-link": (
+        "weightkeeper/registry/updates.py", "if row.pending_commit != row.commit and self._shared(s, row, p):",
+        "if False:", "tests/test_tracking_attacks.py::test_another_users_model_that_joins_the_path_during_a_switch_is_never_moved_by_it"),
+    "switch-relisted-commit-checked": (
+        "weightkeeper/registry/updates.py", "and not held and (name := _relisted(s, row, commit, files)):",
+        "and not held and (name := None):", "tests/test_tracking_attacks.py::test_a_commit_the_hub_lists_otherwise_than_its_copy_on_the_volume_is_never_recorded[checked]"),
+    "shared-copy-listing-unchecked": (
+        "tasks/download.py", "        if relisted := listed_otherwise(artifact.files, files):",
+        "        if relisted := None:", "tests/test_tracking_attacks.py::test_a_commit_the_hub_lists_otherwise_than_its_copy_on_the_volume_is_never_recorded"),
 }
 
 

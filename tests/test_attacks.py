@@ -1134,3 +1134,29 @@ def test_a_repair_never_writes_another_users_file_moved_in_as_a_partial_file(wk,
             VICTIM, 0o4755, program)
     finally:
         os.close(held)
+
+
+@pytest.mark.parametrize("policy", ["always-download", "reuse-if-exists"])
+def test_a_link_a_user_put_at_the_path_is_never_removed_by_the_delete(wk, hub, tmp_path, policy):
+    """The user who owns the model's parent puts a link of theirs at the path: before the download (an own copy
+    refuses it, and makes nothing there), or in place of weightkeeper's link to the shared copy (the pass fails
+    the path, naming it). Neither is what weightkeeper made there: the delete leaves it in place and releases."""
+    hub.add_repo("acme/theirlink", tiny_files(f"theirlink-{policy}"))
+    wk.declare("theirlink", "hf://acme/theirlink", workspaces=["team-a"], download_policy=policy,
+               **({"subpath": "alice"} if policy == "always-download" else {}))  # a shared one: in the models root
+    path = Path(wk.registry.get_model("theirlink").local_paths[0].path)
+    theirs = outside_dir(tmp_path, {"notes.txt": b"the user's own"})
+    if policy == "always-download":
+        path.parent.mkdir(parents=True)
+        path.symlink_to(theirs)
+        assert ensure_model("theirlink") == "Failed"
+        assert wk.registry.get_model("theirlink").local_paths[0].made is None  # nothing made there
+    else:
+        assert ensure_model("theirlink") == "Ready" and path.is_symlink()
+        path.unlink()
+        path.symlink_to(theirs)
+        assert reconcile()[str(path)] == "failed"
+    with warnings_logged() as warnings:
+        assert delete_model("theirlink") == "Released"
+    assert os.readlink(path) == str(theirs) and tree(theirs) == {"notes.txt": b"the user's own"}
+    assert any("not what weightkeeper made there" in w and str(path) in w for w in warnings), warnings

@@ -21,6 +21,7 @@ from weightkeeper.download import (
     RemoteFile,
     fetch_files,
     frontier,
+    listed_otherwise,
     load_parts,
     plan_parts,
     present_bytes,
@@ -378,3 +379,12 @@ def test_a_download_in_any_thread_stops_once_its_process_is_orphaned(hub, big_re
         thread.join()
     assert isinstance(outcome[0], DownloadCancelled) and "is gone" in str(outcome[0])
     assert hub.bytes_served(repo) < len(data) and (tmp_path / "m" / PARTIAL_DIR / f"{BIG}.part").exists()
+
+
+def test_two_listings_of_a_commit_agree_only_file_for_file():
+    """`listed_otherwise`: the first file (by name) whose size or digests differ, or that only one listing has."""
+    a = [RemoteFile("b.json", 2, "b" * 40).to_json(), RemoteFile("a.bin", 5, "a" * 40, "f" * 64).to_json()]
+    assert listed_otherwise(a, list(reversed(a))) is None and listed_otherwise(None, []) is None
+    for changed in ({"size": 6}, {"blobId": "c" * 40}, {"sha256": "e" * 64}, {"sha256": None}, {"md5": "d" * 32}):
+        assert listed_otherwise(a, [{**a[1], **changed}, a[0]]) == "a.bin", changed
+    assert listed_otherwise(a, a[1:]) == listed_otherwise(a[1:], a) == "b.json" and listed_otherwise(a, None) == "a.bin"

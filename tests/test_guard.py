@@ -72,6 +72,19 @@ def test_innermost_volume_rules_apply():
     assert check_removable("/mnt/inner/weights/x", rules).root == "/mnt/inner"
 
 
+def test_workspaces_of_one_volume_each_remove_below_their_own_models_dir():
+    """Two workspaces may share a volume with models dirs of their own: each one's paths and shared copies are
+    removable below its own, and nothing else is."""
+    rules = [VolumeRule("/mnt/vol"), VolumeRule("/mnt/vol", "weights")]
+    assert check_removable("/mnt/vol/models/x", rules).models_dir == "models"
+    assert check_removable("/mnt/vol/weights/x", rules).models_dir == "weights"
+    assert check_removable(f"/mnt/vol/weights/_artifacts/a--b/{'0' * 40}", rules, artifact=True).models_dir == "weights"
+    for path, why in [("/mnt/vol/other/x", "not below a 'models'"), ("/mnt/vol/weights", "not below a 'weights'"),
+                      ("/mnt/vol/weights/_artifacts/a--b/c", "inside _artifacts"), ("/mnt/vol/weights/a b", "segment")]:
+        with pytest.raises(UnsafePathError, match=why):
+            check_removable(path, rules)
+
+
 @pytest.fixture
 def volume(tmp_path):
     root = tmp_path / "vol"

@@ -219,6 +219,16 @@ def test_worker_manifests_validate_and_rbac_is_limited_to_jobs_and_pods_in_the_n
     assert not any(m.kind == "ClusterRole" for m in models)
 
 
+def test_pools_whose_names_begin_alike_get_worker_objects_of_their_own():
+    """Pool names hold up to 63 characters, a Kubernetes name too: two pools alike in their first 43 get worker
+    objects of different valid names, so applying one pool's manifests never replaces the other pool's worker."""
+    pools = ["gpu-" + "a" * 39 + "-east", "gpu-" + "a" * 39 + "-west"]
+    names = [{m["metadata"]["name"] for m in worker_manifests(p, "team-a", "http://p/api", "i")} - {"weightkeeper-jobs"}
+             for p in pools]
+    assert all(len(n) == 1 for n in names) and names[0] != names[1], names
+    assert all(re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", n) for ns in names for n in ns), names
+
+
 def test_workspace_kubernetes_config_is_validated(tmp_path):
     def load(table: str):
         config = tmp_path / "config.toml"
@@ -571,6 +581,41 @@ def test_the_pod_check_gives_up_on_an_api_server_that_drips_floods_or_lies(tmp_p
         assert time.monotonic() - started < 10
     finally:
         cluster.stop()
+
+
+ANSWERS = {  # a pod list answer, as a broken or hostile API server sends it
+    "nested": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n" + b"[" * 100000,
+    "long-reason": b"HTTP/1.1 500 " + b"x" * 60000 + b"\r\nContent-Length: 0\r\n\r\n",
+    "cut-short": b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{\"items\": [",
+}
+
+
+@pytest.mark.parametrize("answer", [*ANSWERS, "pod-names"])
+def test_the_pod_check_refuses_answers_no_api_server_gives_in_one_short_line(tmp_path, monkeypatch, answer):
+    """The pod list nested past what a parser goes, a status line of 60,000 characters, a body cut short, or pods
+    named as no pod can be (a line break, 5,000 characters): one short line naming the namespace (the delete keeps
+    the model and retries), never a stray exception and never a server's text or a forged name quoted at length."""
+    import fakekube
+    from fakekube import FakeKubernetes
+    from weightkeeper import pods
+    from weightkeeper.errors import CleanupError
+
+    if answer in ANSWERS:
+        def reply(handler):
+            handler.wfile.write(ANSWERS[answer])
+            handler.close_connection = True
+
+        monkeypatch.setattr(fakekube._Handler, "do_GET", reply)
+    cluster = FakeKubernetes()
+    cluster.pods[("team-a", "m")] = [("download-m-a1", "Running"), ("evil\nINFO forged", "Running"), ("x" * 5000, "Running")]
+    target = KubernetesTarget(namespace="team-a", image="i", volume_claim="c",
+                              kubeconfig=str(cluster.kubeconfig(tmp_path / "kubeconfig")))
+    try:
+        value, error = _in_thread(lambda: pods.live_pods(target, [], model="m"), 60)
+    finally:
+        cluster.stop()
+    assert isinstance(error, CleanupError) and "team-a" in str(error), (value, error)
+    assert "\n" not in str(error) and len(str(error)) < 500 and "forged" not in str(error)
 
 
 def test_a_pod_of_a_run_prefect_no_longer_knows_still_counts(tmp_path):

@@ -132,8 +132,8 @@ def test_two_switches_that_each_fit_the_capacity_but_not_together_are_not_both_r
         volume, cluster = str(wk.volumes["team-a"]), wk.registry.get_model("cap-one").local_paths[0].cluster
         shelf, copy = ("_artifacts", copy_name(one, ["*.json"], None)) if beside == "other-patterns" else \
             ("_artifacts.4242", one)
-        wk.registry.artifact_for(repos["cap-one"], one, cluster, volume,
-                                 f"{volume}/models/{shelf}/acme--track-cap-one/{copy}", [])
+        beside = wk.registry.artifact_for(repos["cap-one"], one, cluster, volume,
+                                          f"{volume}/models/{shelf}/acme--track-cap-one/{copy}", [])
 
     assert ensure_model("cap-two") == "Ready"
     model = wk.registry.get_model("cap-two")
@@ -142,6 +142,8 @@ def test_two_switches_that_each_fit_the_capacity_but_not_together_are_not_both_r
                                     f"capacity_bytes = {capacity} bytes, and this model needs {changed} bytes")
     assert f"(its stored bytes count the {changed} that other models' recorded switches add); it stays on" in \
         model.message
+    if beside:  # its files are not the commit's: a switch to it would be held (`head_checked`)
+        wk.registry.delete_artifact(beside.id)
     assert ensure_model("cap-one") == "Ready" and wk.registry.get_model("cap-one").commit == one
 
 
@@ -359,3 +361,96 @@ def test_a_switch_back_left_unfinished_is_finished_by_a_plain_ensure(wk, hub, mo
     assert wk.registry.get_artifact(model.local_paths[0].artifact_id).commit == a
     assert {n: open(f"{path}/{n}", "rb").read() for n in a_files} == a_files
     assert model.phase == "Ready" and model.local_paths[0].status == "Ready" and model.revision == "v2"
+
+
+def test_another_users_model_that_joins_the_path_during_a_switch_is_never_moved_by_it(wk, hub, monkeypatch):
+    """`model update --revision v2` on alice's model (no other model on its path when asked, or when its switch is
+    claimed); while the switch fills v2's copy, bob declares the same repository with no subpath (one link serves
+    both) and is Ready on A. The switch's rename would serve bob v2 while his record says A: it is not recorded, the
+    link goes back to A at once, and alice's update is held with a message naming no one."""
+    import weightkeeper.tasks.download as download
+
+    repo = "acme/track-joined"
+    a = hub.add_repo(repo, commit_files("A"))
+    hub.add_repo(repo, commit_files("B", B_CHANGES), revision="v2")
+    shared = dict(workspaces=["team-a"], download_policy="reuse-if-exists")
+    wk.declare("alices-joined", f"hf://{repo}", **shared)
+    assert ensure_model("alices-joined") == "Ready"
+    path = wk.registry.get_model("alices-joined").local_paths[0].path
+    wk.registry.request_revision("alices-joined", "v2")
+    fill = download._fill_shared_copy
+
+    def joined(*args, **kwargs):  # bob, while the new copy is filled
+        wk.declare("bobs-joined", f"hf://{repo}", owner_name="bob", owner_uid=1001, **shared)
+        assert ensure_model("bobs-joined") == "Ready"
+        return fill(*args, **kwargs)
+
+    monkeypatch.setattr(download, "_fill_shared_copy", joined)
+    assert ensure_model("alices-joined") == "Ready"
+    alice, bob = wk.registry.get_model("alices-joined"), wk.registry.get_model("bobs-joined")
+    assert bob.local_paths[0].path == path and os.readlink(path) == f"_artifacts/{repo.replace('/', '--')}/{a}"
+    assert alice.commit == bob.commit == a and alice.pending_commit is None
+    assert f"held: {path} was joined by another model during the switch" in alice.message and "bob" not in \
+        alice.message
+    assert reconcile()[path] == "linked"
+    assert {m.phase for m in (wk.registry.get_model("alices-joined"), wk.registry.get_model("bobs-joined"))} == \
+        {"Ready"}
+
+
+def _relist(hub, repo: str, commit: str, files: dict[str, bytes]) -> None:
+    """The hostile Hub: `commit` of `repo` lists `files` from now on (a commit's files never change on a real Hub)."""
+    import dataclasses
+
+    other = hub.add_repo(repo, files, revision="relisted")
+    commits = hub._repos[repo].commits
+    commits[commit] = dataclasses.replace(commits[other], sha=commit)
+
+
+def _listing(files: dict[str, bytes]) -> list[dict]:
+    """`files` as a Hub lists them: shards by sha256 (LFS), the rest by git blob sha1."""
+    import hashlib
+
+    return [{"path": n, "size": len(v), "blobId": hashlib.sha1(b"blob %d\0" % len(v) + v).hexdigest(),
+             "sha256": hashlib.sha256(v).hexdigest() if n.endswith(".safetensors") else None, "md5": None}
+            for n, v in files.items()]
+
+
+@pytest.mark.parametrize("when", ["checked", "switched"])
+def test_a_commit_the_hub_lists_otherwise_than_its_copy_on_the_volume_is_never_recorded(wk, hub, when):
+    """Bob's model of v2 (commit B) is Ready on its shared copy; the Hub then lists B with another third shard. Alice's
+    tracked model sees main move to B: her check holds the switch, naming the file (or, when her switch was recorded
+    before bob's copy was made, her switch fails): she is never recorded on B with a manifest the copy she would
+    link to does not hold, and her path stays on A. Carol's new model of v2 fails the same way, linked to nothing."""
+    name, repo = f"relisted-{when}", f"acme/track-relisted-{when}"
+    a = hub.add_repo(repo, commit_files("A"))
+    b_files = commit_files("B", B_CHANGES)
+    b = hub.add_repo(repo, b_files, revision="v2")
+    shared = dict(workspaces=["team-a"], download_policy="reuse-if-exists")
+    wk.declare(name, f"hf://{repo}", track=when == "checked", **shared)
+    assert ensure_model(name) == "Ready"
+    path = wk.registry.get_model(name).local_paths[0].path
+    other = commit_files("B", (*B_CHANGES, SHARDS[2]))
+    if when == "switched":  # recorded while no copy of B was on the volume
+        assert wk.registry.head_checked(name, b, _listing(other), asked="main")
+    wk.declare(f"bobs-{when}", f"hf://{repo}@v2", subpath=f"models/bob-{when}", owner_name="bob", owner_uid=1001,
+               **shared)
+    assert ensure_model(f"bobs-{when}") == "Ready"
+    _relist(hub, repo, b, other)
+    assert hub.add_repo(repo, b_files) == b  # main moves to B, which the Hub now lists otherwise
+
+    assert ensure_model(name) == "Ready"
+    model = wk.registry.get_model(name)
+    assert model.commit == a and model.pending_commit is None
+    said = "of it otherwise than" if when == "checked" else f"of {repo}@{b} otherwise than when its shared copy"
+    assert f"the Hub lists {SHARDS[2]} {said}" in model.message and f"stays on {a}" in model.message
+    assert os.readlink(path) == f"_artifacts/{repo.replace('/', '--')}/{a}"
+    assert {n: open(f"{path}/{n}", "rb").read() for n in b_files} == commit_files("A")
+
+    # a first download of B, listed otherwise than its copy: never linked to it, never recorded with that listing
+    wk.declare(f"carols-{when}", f"hf://{repo}@v2", subpath=f"models/carol-{when}", owner_name="carol",
+               owner_uid=1002, **shared)
+    assert ensure_model(f"carols-{when}") == "Failed"
+    carol = wk.registry.get_model(f"carols-{when}")
+    assert f"the Hub lists {SHARDS[2]} of {repo}@{b} otherwise than when its shared copy" in \
+        carol.local_paths[0].message
+    assert carol.local_paths[0].artifact_id is None and not os.path.lexists(carol.local_paths[0].path)

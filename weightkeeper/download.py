@@ -78,6 +78,15 @@ class RemoteFile:
         return remote
 
 
+def listed_otherwise(recorded: Sequence[dict] | None, listed: Sequence[dict] | None) -> str | None:
+    """A file two listings of one commit (`RemoteFile.to_json` entries) give otherwise: its size or a digest, or only
+    one lists it (its name, the first in order; None when they agree). A commit's files never change, so a Hub
+    that lists them otherwise than when a copy was made is not to be trusted."""
+    a, b = ({f.get("path"): (f.get("size"), f.get("blobId"), f.get("sha256"), f.get("md5")) for f in files or ()}
+            for files in (recorded, listed))
+    return min((str(n) for n in a.keys() | b.keys() if a.get(n) != b.get(n)), default=None)
+
+
 @dataclass(frozen=True)
 class Snapshot:
     repo_id: str

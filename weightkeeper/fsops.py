@@ -220,6 +220,18 @@ def remove_model_files(path: str, files: Iterable[str], volumes: Sequence[Volume
         raise CleanupError(f"cannot remove {e.filename or path}: {e.strerror or e}") from None
 
 
+def _names_a_copy(path: str, target: str | None, volumes: Sequence[VolumeRule]) -> bool:
+    """`target`, the link at `path` read without following it, names a shared copy (as `layout.link_target` makes):
+    the link weightkeeper put there, or one it switched to. A link a user put in its place names anything else."""
+    if target is None:
+        return False
+    try:
+        check_removable(posixpath.normpath(posixpath.join(posixpath.dirname(path), target)), volumes, artifact=True)
+    except UnsafePathError:
+        return False
+    return True
+
+
 def remove_model_path(path: str, volumes: Sequence[VolumeRule], made: str | None = LEGACY,
                       artifact: bool = False) -> bool:
     """Remove what weightkeeper made at a model path (a shared copy with `artifact=True`). False when
@@ -238,9 +250,9 @@ def remove_model_path(path: str, volumes: Sequence[VolumeRule], made: str | None
             return False
         try:
             if not stat.S_ISDIR(st.st_mode):
-                if not (made == LEGACY or stat.S_ISLNK(st.st_mode) and made in (LINK, None)):
-                    raise NotOursError(f"{path} is not what weightkeeper made there (not a link of its own); "
-                                       "left in place")
+                if not (made == LEGACY or made == LINK and _names_a_copy(path, parent.readlink(name), volumes)):
+                    raise NotOursError(f"{path} is not what weightkeeper made there (not a link of its own to a "
+                                       "shared copy); left in place")
                 return parent.unlink(name)
             with parent.descend(name) as d:
                 ours = made_here(d, made) or made is None and not d.entries()

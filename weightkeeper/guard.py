@@ -44,25 +44,34 @@ def check_removable(path: object, volumes: Iterable[VolumeRule], artifact: bool 
     volumes = sorted(volumes, key=lambda v: len(v.root), reverse=True)
     if any(path == v.root.rstrip("/") for v in volumes):
         raise _refuse(path, "it is a workspace volume root")
-    for volume in volumes:
-        root = volume.root.rstrip("/")
-        if not root or not path.startswith(root + "/"):
-            continue
-        segments = path[len(root) + 1 :].split("/")
-        bad = [s for s in segments if not SEGMENT.fullmatch(s)]
-        if bad:
-            raise _refuse(path, f"segment {bad[0]!r} has characters outside [A-Za-z0-9._-]")
-        below = segments.index(volume.models_dir) if volume.models_dir in segments else -1
-        if below < 0 or below == len(segments) - 1:
-            raise _refuse(path, f"not below a {volume.models_dir!r} directory of volume {volume.root}")
-        exact = (len(segments) == 4 and segments[0] == volume.models_dir and is_artifacts_dir(segments[1])
-                 and COPY.fullmatch(segments[3]))
-        if artifact and not exact:
-            raise _refuse(path, f"not a shared copy <{volume.models_dir}>/{ARTIFACTS_DIR}[.<uid>]/<repo>/<commit>")
-        if not artifact and (inside := next(filter(is_artifacts_dir, segments), None)):
-            raise _refuse(path, f"it is inside {inside}; only garbage collection removes shared copies")
-        return volume
-    raise _refuse(path, "not inside any declared workspace volume")
+    root = next((r for v in volumes if (r := v.root.rstrip("/")) and path.startswith(r + "/")), None)
+    if root is None:
+        raise _refuse(path, "not inside any declared workspace volume")
+    segments, refused = path[len(root) + 1:].split("/"), None
+    # workspaces sharing a volume each have their models dir: a rule whose dir the path is in says why it refuses
+    for volume in sorted((v for v in volumes if v.root.rstrip("/") == root), key=lambda v: v.models_dir not in segments):
+        try:
+            return _below_models_dir(path, segments, volume, artifact)
+        except UnsafePathError as e:
+            refused = refused or e
+    raise refused
+
+
+def _below_models_dir(path: str, segments: list[str], volume: VolumeRule, artifact: bool) -> VolumeRule:
+    """`volume` when `path` (its `segments` below the volume root) is below its models dir, as `check_removable` says."""
+    bad = [s for s in segments if not SEGMENT.fullmatch(s)]
+    if bad:
+        raise _refuse(path, f"segment {bad[0]!r} has characters outside [A-Za-z0-9._-]")
+    below = segments.index(volume.models_dir) if volume.models_dir in segments else -1
+    if below < 0 or below == len(segments) - 1:
+        raise _refuse(path, f"not below a {volume.models_dir!r} directory of volume {volume.root}")
+    exact = (len(segments) == 4 and segments[0] == volume.models_dir and is_artifacts_dir(segments[1])
+             and COPY.fullmatch(segments[3]))
+    if artifact and not exact:
+        raise _refuse(path, f"not a shared copy <{volume.models_dir}>/{ARTIFACTS_DIR}[.<uid>]/<repo>/<commit>")
+    if not artifact and (inside := next(filter(is_artifacts_dir, segments), None)):
+        raise _refuse(path, f"it is inside {inside}; only garbage collection removes shared copies")
+    return volume
 
 
 def check_staged_prefix(uri: object, bucket: str, prefix: str) -> tuple[str, str]:

@@ -11,6 +11,7 @@ template with these variables through prefect-kubernetes' own `KubernetesWorkerJ
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import os
 import re
@@ -140,12 +141,19 @@ def worker_environment(environ: dict[str, str]) -> dict[str, str]:
                                                                                REGISTRY_ENV)}
 
 
+def worker_name(pool: str) -> str:
+    """The name of a pool's worker objects, a Kubernetes name (at most 63 characters): a pool name too long for it is
+    cut and a digest of it added, so pools that begin alike never share (and overwrite) each other's worker."""
+    name = f"weightkeeper-worker-{pool}"
+    return name if len(name) <= 63 else f"{name[:54]}-{hashlib.sha256(pool.encode()).hexdigest()[:8]}"
+
+
 def worker_manifests(pool: str, namespace: str, api_url: str, image: str,
                      auth_secret: str = KubernetesTarget.prefect_auth_secret) -> list[dict]:
     """A cluster's worker for one workspace pool: its ServiceAccount, a Role limited to Jobs and Pods
     in the workspace namespace, the binding, the jobs' ServiceAccount (no API access) and the Deployment.
     The worker reads the Prefect credential from `auth_secret` (key PREFECT_API_AUTH_STRING), if it exists."""
-    name = f"weightkeeper-worker-{pool}"[:63]
+    name = worker_name(pool)
     meta = {"name": name, "namespace": namespace, "labels": {f"{LABEL}/pool": pool}}
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},

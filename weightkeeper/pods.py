@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import time
 
 from weightkeeper.config import DOWNLOAD_FLOW
-from weightkeeper.errors import CleanupError
+from weightkeeper.errors import CleanupError, said
 from weightkeeper.hub import HeadersInTime
 from weightkeeper.kube import LABEL, KubernetesTarget, model_label
 from weightkeeper.watchdog import BodyRefused, read_whole
@@ -20,6 +21,7 @@ FLOW_LABEL = "prefect.io/flow-name"  # set by the worker: a model's downloads, n
 API_TIMEOUT_SECONDS = 30  # per pod list: its headers, and its whole answer, from asking
 MAX_ANSWER_BYTES = 8 << 20  # a pod list of one run or model is a few KiB
 FINISHED = ("Succeeded", "Failed")
+POD_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a DNS subdomain, as the API server names pods
 
 
 class _HeadersInTime(HeadersInTime):
@@ -66,17 +68,18 @@ def _list(session, namespace: str, selector: str) -> list[dict]:
                             headers=headers, preload_content=False, timeout=timeout, retries=False, redirect=False)
     try:
         if response.status != 200:
-            raise CleanupError(f"{what} failed: HTTP {response.status} {response.reason}; the model is kept")
+            raise CleanupError(f"{what} failed: HTTP {response.status} {said(response.reason)}; the model is kept")
         answer = json.loads(read_whole(response, MAX_ANSWER_BYTES, max(0.0, deadline - time.monotonic())))
     except BodyRefused as e:
         raise CleanupError(f"{what}: {e}; the model is kept: check the cluster's API server") from None
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         raise CleanupError(f"{what} is not JSON; the model is kept: check the cluster's API server") from None
     finally:
         response.close()
     items = answer.get("items") if isinstance(answer, dict) else None
     if not isinstance(items, list) or not all(isinstance(p, dict) and isinstance(p.get("metadata"), dict)
-                                              and isinstance(p["metadata"].get("name"), str) for p in items):
+                                              and isinstance(p["metadata"].get("name"), str)
+                                              and POD_NAME.fullmatch(p["metadata"]["name"]) for p in items):
         raise CleanupError(f"{what} is not a list of pods; the model is kept: check the cluster's API server")
     return items
 

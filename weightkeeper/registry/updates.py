@@ -15,6 +15,7 @@ from sqlalchemy import and_, or_, select, true
 from sqlalchemy.orm import Session, selectinload
 
 from weightkeeper.config import Workspace
+from weightkeeper.download import listed_otherwise
 from weightkeeper.errors import ConflictError
 from weightkeeper.layout import copy_name
 from weightkeeper.planning import TURNS, changed_bytes, last_turn
@@ -35,6 +36,15 @@ def update_due(now: datetime, interval: float):
     requested = and_(ModelRow.next_revision.is_not(None), ModelRow.head_checked_at.is_(None))
     following = or_(ModelRow.track.is_(True), ModelRow.pending_commit.is_not(None))
     return and_(ModelRow.phase == READY, or_(requested, and_(following, asked)))
+
+
+def _relisted(s: Session, row: ModelRow, commit: str, files: list[dict]) -> str | None:
+    """A file the Hub now lists otherwise for `commit` than when a shared copy of that selection of it was made
+    (a commit's files never change: the answer is not to be trusted): its name."""
+    copy = copy_name(commit, row.include_patterns, row.exclude_patterns)
+    made = s.scalars(select(ArtifactRow.files).where(ArtifactRow.repo_id == row.repo_id, ArtifactRow.commit == commit,
+                                                     ArtifactRow.path.endswith(f"/{copy}", autoescape=True)))
+    return next((name for recorded in made if (name := listed_otherwise(recorded, files))), None)
 
 
 def _commits(s: Session, paths: list[LocalPathRow]) -> dict[int, str]:
@@ -92,6 +102,10 @@ class UpdateOps:
                 row.message = scrub_message(held)
             if commit is None and not permanent:
                 return False
+            if commit not in (None, row.commit) and not held and (name := _relisted(s, row, commit, files)):
+                held = (f"update to {commit} held: the Hub lists {name} of it otherwise than when a shared copy of "
+                        f"it was made; it stays on {row.commit}")
+                row.message = scrub_message(held)
             if commit is None or held or commit == row.commit:
                 row.pending_commit = row.pending_files = None
                 if commit == row.commit:
@@ -173,6 +187,10 @@ class UpdateOps:
         with self._tx(path_lock=True) as s:
             row = self._model(s, name)
             p = self._path(row, path_id)
+            if row.pending_commit != row.commit and self._shared(s, row, p):  # joined since `claim_switch`
+                raise ConflictError(f"update to {row.pending_commit} held: {p.path} was joined by another model "
+                                    f"during the switch, whose link it moved too; it goes back to {row.commit}",
+                                    "PathShared")
             old, p.artifact_id, p.size_bytes, p.bytes_done = p.artifact_id, artifact_id, size_bytes, size_bytes
             p.message, p.verified_at, p.checked_at, p.updated_at = "switched", now, now, now
             if old is not None and old != artifact_id and (copy := s.get(ArtifactRow, old)) is not None:
