@@ -153,7 +153,7 @@ def switch_path(name: str, path_id: int, snapshot: Snapshot):
     except (NotFoundError, StopIteration):
         return Cancelled(message=f"model {name!r} or its path #{path_id} is gone")
     holder = path_holder(path_id)
-    claim = registry.claim_switch(name, path_id, holder, settings.lease_seconds)
+    claim = registry.claim_switch(name, path_id, holder, settings.lease_seconds, snapshot.commit)
     if claim == "settled":  # nothing to switch here: no download, no new link
         logger.info("%s: %s has nothing to switch", name, entry.path)
         return entry.path

@@ -1631,6 +1631,9 @@ MUTATIONS = {
     "shared-copy-listing-unchecked": (
         "tasks/download.py", "        if relisted := listed_otherwise(artifact.files, files):",
         "        if relisted := None:", "tests/test_tracking_attacks.py::test_a_commit_the_hub_lists_otherwise_than_its_copy_on_the_volume_is_never_recorded"),
+    "switch-claims-for-a-commit-no-longer-pending": (
+        "weightkeeper/registry/updates.py", "if row.phase != READY or row.pending_commit != commit or p.status != READY or p.retired:",
+        "if row.phase != READY or not row.pending_commit or p.status != READY or p.retired:", "tests/test_tracking_attacks.py::test_a_switch_run_started_for_a_commit_no_longer_pending_switches_nothing"),
 }
 
 

@@ -309,7 +309,7 @@ def test_model_update_refuses_a_revision_while_another_owners_model_shares_the_p
     b = commit_files("B", B_CHANGES)  # the other model joins the path after the request: the switch is held
     wk.registry.head_checked("alices-shared", "b" * 40, [{"path": n, "size": len(v)} for n, v in b.items()])
     entry = wk.registry.get_model("alices-shared").local_paths[0]
-    assert wk.registry.claim_switch("alices-shared", entry.id, Holder.here("switch-test"), 30) == "shared"
+    assert wk.registry.claim_switch("alices-shared", entry.id, Holder.here("switch-test"), 30, "b" * 40) == "shared"
     model = wk.registry.get_model("alices-shared")
     assert model.message.startswith(f"update to {'b' * 40} held: {path} is shared with another model")
     assert os.readlink(path) == before and wk.registry.get_model("bobs-shared").commit == a
@@ -517,7 +517,8 @@ def test_a_switch_left_pending_that_cannot_finish_is_tried_once_per_interval_not
     a, b, a_files, path, copies = _back_left_pending(wk, hub, monkeypatch, name, "acme/track-back-held")
     entry = wk.registry.get_model(name).local_paths[0]
     elsewhere = Holder("run-9/1", "gpu-9", 4242, 99.0)  # the killed switch's, on another host: not lapsed yet
-    assert wk.registry.claim_switch(name, entry.id, elsewhere, 600) == "claimed"
+    assert wk.registry.claim_switch(name, entry.id, elsewhere, 600, wk.registry.get_model(name).pending_commit) == \
+        "claimed"
     for turn in range(2):
         _turn_came(wk, name)
         assert reconcile()[f"model {name}"] == "ensure-model: Ready"  # tried

@@ -18,6 +18,7 @@ from weightkeeper.flows.ensure_model import ensure_model
 from weightkeeper.flows.reconcile import reconcile
 from weightkeeper.layout import copy_name
 from weightkeeper.registry import Registry
+from weightkeeper.registry.leases import Kind
 
 
 class Killed(WeightkeeperError):
@@ -194,7 +195,8 @@ def test_a_killed_switch_whose_path_is_still_held_keeps_its_pending_commit_until
         ensure_model(name, return_state=True)
     entry = wk.registry.get_model(name).local_paths[0]
     elsewhere = Holder("run-9/1", "gpu-9", 4242, 99.0)  # the killed switch's, on another host: not lapsed yet
-    assert wk.registry.claim_switch(name, entry.id, elsewhere, 600) == "claimed"
+    assert wk.registry.claim_switch(name, entry.id, elsewhere, 600, wk.registry.get_model(name).pending_commit) == \
+        "claimed"
     assert os.readlink(path) == f"{copies}/{b}"
 
     if then == "reverted":
@@ -454,3 +456,23 @@ def test_a_commit_the_hub_lists_otherwise_than_its_copy_on_the_volume_is_never_r
     assert f"the Hub lists {SHARDS[2]} of {repo}@{b} otherwise than when its shared copy" in \
         carol.local_paths[0].message
     assert carol.local_paths[0].artifact_id is None and not os.path.lexists(carol.local_paths[0].path)
+
+
+def test_a_switch_run_started_for_a_commit_no_longer_pending_switches_nothing(wk, hub):
+    """A deployed path run queued past its parent's deadline still carries the commit pending when it started; the
+    head moved on since (or the switch was held): its claim is settled, nothing is switched or leased, and a run for
+    the commit pending now claims the path."""
+    from weightkeeper.registry import Holder
+
+    name, repo = "stale-switch", "acme/track-stale-switch"
+    a = hub.add_repo(repo, commit_files("A"))
+    wk.declare(name, f"hf://{repo}", track=True, workspaces=["team-a"], download_policy="reuse-if-exists")
+    assert ensure_model(name) == "Ready"
+    b_files, c_files = commit_files("B", B_CHANGES), commit_files("C", (*B_CHANGES, SHARDS[2]))
+    b, c = (hub.add_repo(repo, files, revision=rev) for files, rev in ((b_files, "v2"), (c_files, "v3")))
+    assert wk.registry.head_checked(name, b, _listing(b_files), asked="main")  # the stale run's commit
+    assert wk.registry.head_checked(name, c, _listing(c_files), asked="main")  # pending now
+    entry, run = wk.registry.get_model(name).local_paths[0], Holder.here("switch-stale")
+    assert wk.registry.claim_switch(name, entry.id, run, 600, b) == "settled"
+    assert wk.registry.lease_of(Kind.PATH, entry.id) is None and wk.registry.get_model(name).commit == a
+    assert wk.registry.claim_switch(name, entry.id, run, 600, c) == "claimed"

@@ -156,17 +156,17 @@ class UpdateOps:
                                     f"{', '.join(strays)}, where an unfinished switch left another commit")
         return True
 
-    def claim_switch(self, name: str, path_id: int, holder, lease_seconds: float) -> str:
-        """Take a Ready path to switch it to the model's pending commit: `claimed`, `deleting`, `busy`, `shared`
-        (another live model has the path: held, with a message) or `settled` (nothing pending, the path is
-        not a Ready link to a shared copy, or it links to a copy of the pending commit already). Its status stays
-        Ready."""
+    def claim_switch(self, name: str, path_id: int, holder, lease_seconds: float, commit: str) -> str:
+        """Take a Ready path to switch it to `commit`, the model's pending commit: `claimed`, `deleting`, `busy`,
+        `shared` (another live model has the path: held, with a message) or `settled` (nothing pending, or another
+        commit than the run's, which started before the pending one changed; the path is not a Ready link to a
+        shared copy, or it links to a copy of the pending commit already). Its status stays Ready."""
         with self._tx(path_lock=True) as s:
             row = self._model(s, name)
             p = self._path(row, path_id)
             if row.phase == DELETING:
                 return "deleting"
-            if row.phase != READY or not row.pending_commit or p.status != READY or p.retired:
+            if row.phase != READY or row.pending_commit != commit or p.status != READY or p.retired:
                 return "settled"
             if _commits(s, [p]).get(p.artifact_id) == row.pending_commit:
                 return "settled"
