@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prefect import flow, get_run_logger
+from prefect import State, flow, get_run_logger
 
 from weightkeeper.flows.jobs import deployed, download_paths
 from weightkeeper.tasks.cleanup import clean_path
@@ -11,6 +11,7 @@ from weightkeeper.tasks.snapshot import resolve_revision
 from weightkeeper.tasks.stage import stage_to_s3
 from weightkeeper.tasks.switch import check_head, finish_switch, hold_switch
 from weightkeeper.config import ENSURE_FLOW
+from weightkeeper.errors import DownloadError, gave_up
 from weightkeeper.layout import HfSource, parse_source
 from weightkeeper.registry import LocalPath, Model
 from weightkeeper.registry.common import DELETING, FAILED, READY
@@ -46,11 +47,19 @@ def ensure_model(name: str, bound: str | None = None) -> str:
             if download_paths(name, [p for p in paths if not p.retired], here=not deployed()):
                 _clean_retired(name)
         elif registry.get_model(name).phase != FAILED:
-            registry.set_phase(name, FAILED, f"cannot {step} {model.source}: {snapshot.message}")
+            registry.set_phase(name, FAILED, f"cannot {step} {model.source}: {_failure(snapshot, name)}")
     phase = finish_model(name)
     model = registry.find_model(name)
     logger.info("%s is %s%s", name, phase, f": {model.message}" if model else "")
     return phase
+
+
+def _failure(state: State, name: str) -> str:
+    """What a failed resolve or stage said (its error's own words, not Prefect's around them), once no retry is left."""
+    error = state.result(raise_on_failure=False)
+    if isinstance(error, DownloadError):
+        return str(error) if error.permanent else gave_up(error, name)
+    return state.message or "unknown error"
 
 
 def _clean_retired(name: str) -> None:

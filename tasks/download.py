@@ -21,7 +21,8 @@ from weightkeeper.tasks.snapshot import retry_transient
 from weightkeeper.config import Settings, Workspace
 from weightkeeper.download import RemoteFile, Snapshot, in_place, listed_otherwise
 from weightkeeper.hubbudget import budget_message, hub_budget
-from weightkeeper.errors import DownloadCancelled, DownloadError, NotFoundError, NotOursError, UnsafePathError
+from weightkeeper.errors import (DownloadCancelled, DownloadError, NotFoundError, NotOursError, UnsafePathError,
+                                 gave_up)
 from weightkeeper.anchored import Dir, open_parent
 from weightkeeper.fsops import (LEGACY, LINK, check_writable, directory_size, made_here, open_copy, own_copy,
                                 own_directory, path_size)
@@ -430,7 +431,7 @@ def download_snapshot(name: str, path_id: int, snapshot: Snapshot):
         return Cancelled(message=str(e))
     except DownloadError as e:
         if e.permanent or task_run.run_count > download_snapshot.retries:
-            registry.path_failed(name, path_id, holder, str(e))
+            registry.path_failed(name, path_id, holder, str(e) if e.permanent else gave_up(e, name))
         else:
             registry.path_stopped(name, path_id, holder, f"{e} (attempt {task_run.run_count}, retrying)")
         logger.error("%s: download into %s failed: %s", name, target, e)

@@ -1634,6 +1634,39 @@ MUTATIONS = {
     "switch-claims-for-a-commit-no-longer-pending": (
         "weightkeeper/registry/updates.py", "if row.phase != READY or row.pending_commit != commit or p.status != READY or p.retired:",
         "if row.phase != READY or not row.pending_commit or p.status != READY or p.retired:", "tests/test_tracking_attacks.py::test_a_switch_run_started_for_a_commit_no_longer_pending_switches_nothing"),
+    "cli-interrupt-exits-at-once": (
+        "weightkeeper/cli.py", "        _exit_now(130)\n",
+        "        return 130\n", "tests/test_cli.py::test_an_interrupted_wait_exits_at_once_and_a_rerun_resumes_to_ready"),
+    "cli-argparse-errors-one-line": (
+        "weightkeeper/cli.py", "    parser = _Parser(prog=\"weightkeeper\", description=__doc__)",
+        "    parser = argparse.ArgumentParser(prog=\"weightkeeper\", description=__doc__)", "tests/test_cli.py::test_bad_input_gets_one_line_errors"),
+    "cli-retry-resets-failed": (
+        "weightkeeper/cli.py", "    model = registry.retry_model(args.name)",
+        "    model = registry.get_model(args.name)", "tests/test_cli.py::test_retry_makes_a_failed_model_pending_and_runs_it_again"),
+    "demo-ignores-env-overrides": (
+        "weightkeeper/demo.py", "    saved = {name: os.environ.pop(name) for name in list(os.environ) if name.startswith(ENV_PREFIX)}",
+        "    saved = {}", "tests/test_cli.py::test_the_demo_keeps_to_its_own_config_whatever_the_environment_says"),
+    "cli-workspace-table-whole": (
+        "weightkeeper/cli.py", "        table.add_column(column, overflow=\"fold\")  # a path or a number is shown whole, on several lines if need be",
+        "        table.add_column(column)", "tests/test_cli.py::test_workspace_list"),
+    "cli-run-logs-above-bars": (
+        "weightkeeper/cli.py", "        handler.console = shown\n",
+        "        pass\n", "tests/test_cli.py::test_run_log_lines_go_through_the_console_that_draws_the_bars"),
+    "config-s3-bucket-required": (
+        "weightkeeper/config.py", "                                    BeforeValidator), BeforeValidator(_required)] = Field(None, validate_default=True)",
+        "                                    BeforeValidator)] = Field(None, validate_default=True)", "tests/test_config.py::test_a_wrong_type_is_one_line_naming_the_key_and_the_file"),
+    "failure-record-keeps-will-retry": (
+        "weightkeeper/errors.py", "    return f\"{str(error).removesuffix(RETRIES)}; `weightkeeper model retry {name}` tries again\"",
+        "    return str(error)", "tests/test_cli.py::test_a_transient_failure_left_after_the_retries_says_what_retries_it"),
+    "resolve-failure-in-prefects-words": (
+        "flows/ensure_model.py", "f\"cannot {step} {model.source}: {_failure(snapshot, name)}\"",
+        "f\"cannot {step} {model.source}: {snapshot.message}\"", "tests/test_cli.py::test_a_transient_failure_left_after_the_retries_says_what_retries_it[resolve]"),
+    "download-failure-keeps-will-retry": (
+        "tasks/download.py", "str(e) if e.permanent else gave_up(e, name)",
+        "str(e)", "tests/test_cli.py::test_a_transient_failure_left_after_the_retries_says_what_retries_it[download]"),
+    "declare-records-a-workspace-twice": (
+        "weightkeeper/service.py", "targets=list(dict.fromkeys(workspaces)) if workspaces else None",
+        "targets=list(workspaces) if workspaces else None", "tests/test_cli.py::test_a_workspace_named_twice_is_recorded_once"),
 }
 
 

@@ -32,6 +32,7 @@ def test_workspace_list(wk):
     assert rows[2] == {"name": "private", "cluster": "local", "volume": str(wk.volumes["private"]),
                        "public": False, "owner": "alice", "modelsDir": "models", "capacityBytes": None, "storedBytes": 0,
                        "withoutSharingBytes": 0}
+    assert "…" not in cli(wk, "workspace", "list", COLUMNS="80").stdout  # into a pipe or a narrow terminal: whole
 
 
 def test_create_list_get_delete(wk, hub):
@@ -106,6 +107,11 @@ def test_bad_input_gets_one_line_errors(wk, tmp_path):
         (["model", "get", "missing"], "does not exist"),
         (["model", "delete", "missing"], "does not exist"),
         (["--config", str(tmp_path / "nope.toml"), "model", "list"], "does not exist"),
+        (["model", "create", "ok"], "the following arguments are required: --source; see `weightkeeper model create "
+                                    "--help`"),
+        (["model", "list", "--limit", "0"], "'0' is not a whole number of at least 1"),
+        (["model", "frobnicate"], "invalid choice: 'frobnicate'"),
+        (["model", "retry", "missing"], "does not exist"),
     ]
     for args, message in cases:
         proc = cli(wk, *args, check=False)
@@ -288,3 +294,109 @@ def test_a_registry_url_naming_no_registry_yet_says_it_made_one(wk, tmp_path):
     first = cli(wk, "model", "list", WEIGHTKEEPER_REGISTRY_URL=url)
     assert f"made a new, empty registry at {tmp_path / 'typo' / 'registy.db'}" in first.stderr
     assert "made a new" not in cli(wk, "model", "list", WEIGHTKEEPER_REGISTRY_URL=url).stderr
+
+
+def test_an_interrupted_wait_exits_at_once_and_a_rerun_resumes_to_ready(wk, hub):
+    """Ctrl-C during `--wait`: the command ends now (its download threads with it, not holding the model's lease
+    against a Prefect server already stopped), and `model ensure` resumes on the next run."""
+    import signal
+
+    hub.add_repo("acme/sigint", files := tiny_files("sigint", shard_size=2 << 20))
+    env = {**os.environ, "WEIGHTKEEPER_CONFIG": str(wk.config)}
+    with hub.throttled(64 * 1024, repo_id="acme/sigint"):  # a minute or more to go when interrupted
+        proc = subprocess.Popen([sys.executable, "-m", "weightkeeper.cli", "model", "create", "sigint", "--source",
+                                 "hf://acme/sigint", "--workspace", "team-a", "--wait"], env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            wait_until(lambda: any(p.bytes_done for p in (wk.registry.find_model("sigint") or
+                                                          SimpleNamespace(local_paths=[])).local_paths),
+                       timeout=120, what="bytes on their way")
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=20)
+        finally:
+            proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == ("interrupted: the partial files of model sigint are kept; "
+                                            "`weightkeeper model ensure sigint` resumes"), err
+    cli(wk, "model", "ensure", "sigint", "--wait")
+    (path,) = wk.registry.get_model("sigint").local_paths
+    assert path.status == "Ready" and path.size_bytes == expected_size(files)
+
+
+def test_retry_makes_a_failed_model_pending_and_runs_it_again(wk, hub):
+    """`model retry`, which messages name (a repair left to the owner), as the API's retry."""
+    failed = cli(wk, "model", "create", "later", "--source", "hf://acme/later", "--workspace", "team-a", "--wait",
+                 check=False)
+    assert failed.returncode == 1 and failed.stderr.strip().splitlines()[-1].startswith("model later is Failed")
+    hub.add_repo("acme/later", files := tiny_files("later"))
+    cli(wk, "model", "retry", "later", "--wait")
+    (path,) = wk.registry.get_model("later").local_paths
+    assert path.status == "Ready" and path.size_bytes == expected_size(files)
+    one_line(cli(wk, "model", "retry", "later", check=False), 2, "model 'later' is Ready; only a Failed model can be "
+                                                                 "retried")
+
+
+@pytest.mark.parametrize("step", ["resolve", "download"])
+def test_a_transient_failure_left_after_the_retries_says_what_retries_it(wk, hub, monkeypatch, step):
+    """The Hub is down for every try of a resolve (or of a download): the record says what the error said and what
+    retries it now, never Prefect's words around it nor a `will retry` that nothing does; `model retry` does."""
+    from weightkeeper.flows.ensure_model import ensure_model
+    from weightkeeper.tasks.download import download_snapshot
+    from weightkeeper.tasks.snapshot import resolve_revision
+
+    for task in (resolve_revision, download_snapshot):
+        monkeypatch.setattr(task, "retry_delay_seconds", [0, 0])
+    name = f"down-{step}"
+    hub.add_repo(f"acme/{name}", tiny_files(name))
+    wk.declare(name, f"hf://acme/{name}", workspaces=["team-a"])
+    hub.set_offline(step == "resolve")
+    if step == "download":
+        hub.fail_next(1000, 500, repo_id=f"acme/{name}", path_contains="/resolve/")
+    assert ensure_model(name) == "Failed"
+    model = wk.registry.get_model(name)
+    said = model.message if step == "resolve" else model.local_paths[0].message
+    assert said.endswith(f"; `weightkeeper model retry {name}` tries again"), said
+    assert "will retry" not in said and "Task run" not in said and "\n" not in said
+    assert said.startswith(f"cannot resolve hf://acme/{name}@main: ") if step == "resolve" else "answered HTTP 500" in said
+    hub.set_offline(False)
+    hub.clear_faults()
+    cli(wk, "model", "retry", name, "--wait")
+    assert wk.registry.get_model(name).phase == "Ready"
+
+
+def test_the_demo_keeps_to_its_own_config_whatever_the_environment_says(tmp_path, monkeypatch):
+    """`WEIGHTKEEPER_*` name the user's registry and home: the demo neither writes there nor reads them."""
+    from weightkeeper.demo import demo_settings
+
+    monkeypatch.setenv("WEIGHTKEEPER_REGISTRY_URL", "postgresql+psycopg://wk@db.example/production")
+    monkeypatch.setenv("WEIGHTKEEPER_HOME", str(tmp_path / "users-home"))
+    monkeypatch.setenv("WEIGHTKEEPER_MAX_CONCURRENT_DOWNLOADS", "0")  # refused, were it read
+    settings = demo_settings(tmp_path / "demo", None)
+    assert settings.home == tmp_path / "demo" and settings.registry_url == f"sqlite:///{tmp_path / 'demo'}/registry.db"
+    assert os.environ["WEIGHTKEEPER_HOME"] == str(tmp_path / "users-home")  # put back for the rest of the process
+
+
+@pytest.mark.without_prefect_server
+def test_run_log_lines_go_through_the_console_that_draws_the_bars():
+    """On a terminal a log line written beside the bars would leave a stale copy of every bar behind."""
+    import logging
+
+    from rich.console import Console
+
+    from weightkeeper.cli import _run_logs_through
+
+    handler = type("PrefectConsoleHandler", (logging.Handler,), {})()
+    handler.console = own = Console()
+    bars = Console()
+    logging.getLogger().addHandler(handler)
+    try:
+        with _run_logs_through(bars):
+            assert handler.console is bars
+        assert handler.console is own
+    finally:
+        logging.getLogger().removeHandler(handler)
+
+
+def test_a_workspace_named_twice_is_recorded_once(wk, hub):
+    model = wk.declare("twice", "hf://acme/twice", workspaces=["team-a", "team-b", "team-a"])
+    assert model.targets == ["team-a", "team-b"] and [p.workspace for p in model.local_paths] == ["team-a", "team-b"]

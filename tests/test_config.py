@@ -44,6 +44,7 @@ def refused(config, text: str) -> str:
     ('[[users]]\nname = "u"\nuid = 1\ntoken_env = "T"\ntoken_blocks = [1]',
      "user 'u' token_blocks[0] must be a string, got 1"),
     ("s3 = 5", "[s3] must be a table, got 5"),
+    ("[s3]\nregion = \"us-east-1\"", "[s3] bucket is required"),
     ('hf_endpoint = "not a url"', "hf_endpoint (here or in $HF_ENDPOINT) must be an http:// or https:// URL such as "
                                   "https://huggingface.co, got 'not a url'"),
     ("max_concurrent_downloads = 99999999", "max_concurrent_downloads must be at most 10000, got 99999999; a negative "

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import NoReturn
 
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
@@ -101,11 +102,26 @@ Show = Callable[[Model | None], None]  # shows the model's paths (None: the mode
 
 
 @contextlib.contextmanager
+def _run_logs_through(shown: Console) -> Iterator[None]:
+    """Print the runs' log lines through the console that draws the bars, which puts each above them: written to the
+    terminal beside them, each line would leave a stale copy of every bar behind."""
+    handlers = [h for h in logging.getLogger().handlers if type(h).__name__ == "PrefectConsoleHandler"]
+    own = [h.console for h in handlers]
+    for handler in handlers:
+        handler.console = shown
+    try:
+        yield
+    finally:
+        for handler, console in zip(handlers, own):
+            handler.console = console
+
+
+@contextlib.contextmanager
 def _bars() -> Iterator[Show]:
     """Progress on a terminal: a bar per path, with its status and message."""
     with Progress(TextColumn("{task.description}", markup=False), BarColumn(), DownloadColumn(),
                   TransferSpeedColumn(), TextColumn("{task.fields[status]}", markup=False), console=err_console,
-                  transient=False) as progress:
+                  transient=False) as progress, _run_logs_through(progress.console):
         bars: dict[int, int] = {}
 
         def show(model: Model | None) -> None:
@@ -205,7 +221,7 @@ def cmd_workspace_list(args, settings: Settings) -> int:
     table = Table()
     for column in ("name", "cluster", "volume", "public", "owner", "modelsDir", "capacityBytes", "storedBytes",
                    "withoutSharingBytes"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # a path or a number is shown whole, on several lines if need be
     for r in rows:
         table.add_row(*("" if r[c] is None else str(r[c]) for c in r))
     console.print(table)
@@ -229,6 +245,13 @@ def cmd_model_ensure(args, settings: Settings) -> int:
     model = registry.get_model(args.name)
     if model.phase == DELETING:
         raise ConflictError(f"model {args.name!r} is being deleted", "ResourceProcessing")
+    return _launch(args, settings, registry, "ensure-model", model.name)
+
+
+def cmd_model_retry(args, settings: Settings) -> int:
+    """A Failed model Pending again, its failed paths too, and ensure-model run (the API's `retry`)."""
+    registry = registry_for(settings)
+    model = registry.retry_model(args.name)
     return _launch(args, settings, registry, "ensure-model", model.name)
 
 
@@ -372,14 +395,22 @@ def cmd_worker_manifests(args, settings: Settings) -> int:
     return 0
 
 
-def cmd_demo(args, settings: Settings) -> int:
+def cmd_demo(args) -> int:
+    """On a config of its own (`demo.demo_settings`): the user's, and the registry it names, are never read."""
     from weightkeeper.demo import run_demo
 
     return run_demo(source=args.source, offline=args.offline)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments get one line, as any other bad input: what is wrong, and where the usage is."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message}; see `{self.prog} --help`\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="weightkeeper", description=__doc__)
+    parser = _Parser(prog="weightkeeper", description=__doc__)
     parser.add_argument("--config", help="TOML config file (default $WEIGHTKEEPER_CONFIG)")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -411,6 +442,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--wait", action="store_true")
     p.set_defaults(func=cmd_model_ensure)
+    p = model.add_parser("retry", help="make a Failed model Pending again and run ensure-model")
+    p.add_argument("name")
+    p.add_argument("--wait", action="store_true")
+    p.set_defaults(func=cmd_model_retry)
     p = model.add_parser("update", help="move a model to a new subpath and/or download policy, or switch it to "
                                         "another revision")
     p.add_argument("name")
@@ -500,6 +535,8 @@ def _reader_left() -> bool:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.func is cmd_demo:
+            return cmd_demo(args)
         settings = use(load_settings(args.config)).settings  # flows run here read it from the context
         return args.func(args, settings)
     except (ConfigError, InvalidInputError, ConflictError, NotFoundError) as e:
@@ -520,7 +557,17 @@ def main(argv: list[str] | None = None) -> int:
         return _error(str(e), 1)
     except KeyboardInterrupt:
         err_console.print(_interrupted(args), soft_wrap=True)
-        return 130
+        _exit_now(130)
+
+
+def _exit_now(code: int) -> NoReturn:
+    """Exit without waiting for this process's threads: a flow run here goes on in them (the interpreter would wait
+    for its download threads, with its Prefect server gone, while they hold the model's lease). As for a killed
+    worker, its partial files are kept and the next run on this host takes over at once."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

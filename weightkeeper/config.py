@@ -115,6 +115,12 @@ def _checked(test, what: str, when=AfterValidator, secret: bool = False):
     return when(check)
 
 
+def _required(value: Any) -> Any:
+    if value is None:  # a key the table lacks
+        raise ValueError("is required")
+    return value
+
+
 def _non_empty(value: str) -> str:
     if not value.strip():
         raise ValueError("must be a non-empty string")
@@ -212,7 +218,7 @@ class S3Settings:
     downloads take the direct path."""
 
     bucket: Annotated[str, _checked(lambda v: isinstance(v, str) and BUCKET.fullmatch(v), "a valid S3 bucket name",
-                                    BeforeValidator)] = Field(None, validate_default=True)  # required
+                                    BeforeValidator), BeforeValidator(_required)] = Field(None, validate_default=True)
     prefix: Annotated[StrictStr, _checked(lambda v: all(_plain(p) for p in v.split("/")),
                                           "one or more plain segments like 'weightkeeper' or 'team/models' "
                                           "(no leading or trailing '/')")] = "weightkeeper"

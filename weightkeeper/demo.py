@@ -18,7 +18,7 @@ import httpx
 from rich.text import Text
 
 from weightkeeper.cli import paths_table, console, follow
-from weightkeeper.config import load_settings
+from weightkeeper.config import ENV_PREFIX, Settings, load_settings
 from weightkeeper.context import use
 from weightkeeper.hubserver import HubServer
 from weightkeeper.prefectserver import prefect_api
@@ -34,6 +34,17 @@ def hub_reachable(endpoint: str = "https://huggingface.co") -> bool:
         return httpx.get(f"{endpoint}/api/models/gpt2", timeout=3.0).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def demo_settings(scratch: Path, endpoint: str | None) -> Settings:
+    """The settings of the demo's own config under `scratch`, whatever `WEIGHTKEEPER_*` says: those variables name the
+    user's registry (a shared PostgreSQL), home and limits, which the demo must neither write to nor depend on."""
+    path = _write_config(scratch, endpoint)
+    saved = {name: os.environ.pop(name) for name in list(os.environ) if name.startswith(ENV_PREFIX)}
+    try:
+        return load_settings(path)
+    finally:
+        os.environ.update(saved)
 
 
 def _write_config(scratch: Path, endpoint: str | None) -> Path:
@@ -71,7 +82,7 @@ def run_demo(source: str | None = None, offline: bool = False) -> int:
                       f"is served by the project's own Hub test server at {server.url}")
     source = source or ONLINE_SOURCE
     try:
-        settings, registry = use(load_settings(_write_config(scratch, server.url if server else None)))
+        settings, registry = use(demo_settings(scratch, server.url if server else None))
         console.print(_step("1. declare", f" model demo from {source} into every public workspace"))
         declare_model(settings, registry, name="demo", source=source, owner_name=getpass.getuser(),
                       owner_uid=os.getuid())

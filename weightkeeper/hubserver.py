@@ -603,6 +603,11 @@ class HubServer:
             self._faults.append(_Rule(n, repo_id, path_contains, status=status, retry_after=retry_after,
                                       headers=dict(headers or {})))
 
+    def clear_faults(self) -> None:
+        """Drop the `fail_next` rules not used up yet."""
+        with self._lock:
+            self._faults.clear()
+
     def set_rate_limit(self, bucket: str, limit: int | None, window: float = 300.0) -> None:
         """Answer 429 to the requests of ``bucket`` (``api`` or ``resolvers``) past ``limit`` in a fixed window of
         ``window`` seconds, as the Hub does; None removes the limit."""

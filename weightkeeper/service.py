@@ -83,7 +83,7 @@ def declare_model(settings: Settings, registry: Registry, *, name: str, source: 
         p.workspace for p in plan.paths} else None
     spec = ModelSpec(name=name, owner_name=owner_name, owner_uid=owner_uid, source=parsed.uri,
                      repo_id=parsed.repo_id, revision=parsed.revision, token_block=token_block,
-                     targets=list(workspaces) if workspaces else None, subpath=subpath,
+                     targets=list(dict.fromkeys(workspaces)) if workspaces else None, subpath=subpath,
                      download_policy=download_policy, keep_files=keep_files, include=include, exclude=exclude,
                      track=track,
                      commit=snapshot and snapshot.commit, files=snapshot and [f.to_json() for f in snapshot.files],
