@@ -273,7 +273,8 @@ def link_shared_copy(settings: Settings, registry: Registry, model: Model, entry
         if relisted := listed_otherwise(artifact.files, files):  # the copy holds (or is filled with) other files
             raise DownloadError(f"the Hub lists {relisted} of {snapshot.repo_id}@{snapshot.commit} otherwise than when "
                                 f"its shared copy {path} was made (a commit's files never change): check the Hub "
-                                "endpoint", permanent=True)
+                                "endpoint (if that copy was made from a wrong listing, delete the models on it so "
+                                "that garbage collection removes it)", permanent=True)
         copy_holder = Holder.here(f"artifact/{flow_run.id or 'process'}/{artifact.id}")
         try:
             if (blocker := registry.claim_artifact(artifact.id, copy_holder, settings.lease_seconds)) is None:

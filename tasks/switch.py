@@ -179,10 +179,6 @@ def switch_path(name: str, path_id: int, snapshot: Snapshot):
     except DownloadCancelled as e:
         logger.warning("%s", e)
         return Cancelled(message=str(e))
-    except ConflictError as e:  # another model joined the path during the switch (`path_switched`): linked back
-        failed = str(e)
-        logger.warning("%s: %s", name, failed)
-        return Cancelled(message=failed)
     except DownloadError as e:
         failed = _failed(model, entry.path, snapshot.commit, e, _on(registry, entry.artifact_id))
         logger.error("%s: %s", name, failed)

@@ -981,7 +981,7 @@ MUTATIONS = {
         "tests/test_kube.py::test_delete_waits_for_a_pod_left_in_the_workspace_a_path_failed_over_from"),
     "switch-back-held-by-a-joined-path": (
         "weightkeeper/registry/updates.py", "if not back and self._shared(s, row, p):", "if self._shared(s, row, p):",
-        "tests/test_tracking.py::test_a_partly_switched_path_another_model_joined_on_the_models_commit_goes_back_with_it"),
+        "tests/test_tracking.py::test_a_partly_switched_path_no_other_model_may_join_until_the_switch_is_settled"),
     "full-hash-marks-a-busy-path-ready": (
         "tasks/verify.py", '            return "busy"  # complete and correct after all, but another run works on the path now',
         "            pass",
@@ -1614,17 +1614,14 @@ MUTATIONS = {
         "weightkeeper/kube.py", "    return name if len(name) <= 63 else f\"{name[:54]}-{hashlib.sha256(pool.encode()).hexdigest()[:8]}\"",
         "    return name[:63]", "tests/test_kube.py::test_pools_whose_names_begin_alike_get_worker_objects_of_their_own"),
     "delete-unlinks-a-link-it-never-made": (
-        "weightkeeper/fsops.py", "made == LINK and _names_a_copy(path, parent.readlink(name), volumes)",
+        "weightkeeper/fsops.py", "made in (LEGACY, LINK) and _names_a_copy(path, parent.readlink(name), volumes)",
         "made in (LINK, None)", "tests/test_attacks.py::test_a_link_a_user_put_at_the_path_is_never_removed_by_the_delete"),
     "delete-unlinks-any-link": (
-        "weightkeeper/fsops.py", "made == LINK and _names_a_copy(path, parent.readlink(name), volumes)",
+        "weightkeeper/fsops.py", "made in (LEGACY, LINK) and _names_a_copy(path, parent.readlink(name), volumes)",
         "made == LINK", "tests/test_attacks.py::test_a_link_a_user_put_at_the_path_is_never_removed_by_the_delete"),
     "guard-first-rule-of-a-volume-only": (
         "weightkeeper/guard.py", "    for volume in sorted((v for v in volumes if v.root.rstrip(\"/\") == root), key=lambda v: v.models_dir not in segments):",
         "    for volume in [next(v for v in volumes if v.root.rstrip(\"/\") == root)]:", "tests/test_guard.py::test_workspaces_of_one_volume_each_remove_below_their_own_models_dir"),
-    "switch-join-moves-another-models-link": (
-        "weightkeeper/registry/updates.py", "if row.pending_commit != row.commit and self._shared(s, row, p):",
-        "if False:", "tests/test_tracking_attacks.py::test_another_users_model_that_joins_the_path_during_a_switch_is_never_moved_by_it"),
     "switch-relisted-commit-checked": (
         "weightkeeper/registry/updates.py", "and not held and (name := _relisted(s, row, commit, files)):",
         "and not held and (name := None):", "tests/test_tracking_attacks.py::test_a_commit_the_hub_lists_otherwise_than_its_copy_on_the_volume_is_never_recorded[checked]"),
@@ -1667,6 +1664,15 @@ MUTATIONS = {
     "declare-records-a-workspace-twice": (
         "weightkeeper/service.py", "targets=list(dict.fromkeys(workspaces)) if workspaces else None",
         "targets=list(workspaces) if workspaces else None", "tests/test_cli.py::test_a_workspace_named_twice_is_recorded_once"),
+    "switch-pending-path-shared": (
+        "weightkeeper/registry/store.py", "and not track and pending in (None, their_commit)",
+        "and not track", "tests/test_tracking_attacks.py::test_another_users_model_never_joins_a_path_while_its_model_switches"),
+    "delete-unlinks-whatever-stands-at-a-legacy-path": (
+        "weightkeeper/fsops.py", "made in (LEGACY, LINK) and _names_a_copy(path, parent.readlink(name), volumes)",
+        "made == LEGACY or made == LINK and _names_a_copy(path, parent.readlink(name), volumes)", "tests/test_attacks.py::test_a_link_a_user_put_at_the_path_is_never_removed_by_the_delete[legacy]"),
+    "cli-bars-without-run-logs": (
+        "weightkeeper/cli.py", "transient=False) as progress, _run_logs_through(progress.console):",
+        "transient=False) as progress:", "tests/test_cli.py::test_run_log_lines_go_through_the_console_that_draws_the_bars"),
 }
 
 

@@ -1136,13 +1136,19 @@ def test_a_repair_never_writes_another_users_file_moved_in_as_a_partial_file(wk,
         os.close(held)
 
 
-@pytest.mark.parametrize("policy", ["always-download", "reuse-if-exists"])
+@pytest.mark.parametrize("policy", ["always-download", "reuse-if-exists", "legacy"])
 def test_a_link_a_user_put_at_the_path_is_never_removed_by_the_delete(wk, hub, tmp_path, policy):
     """The user who owns the model's parent puts a link of theirs at the path: before the download (an own copy
     refuses it, and makes nothing there), or in place of weightkeeper's link to the shared copy (the pass fails
-    the path, naming it). Neither is what weightkeeper made there: the delete leaves it in place and releases."""
+    the path, naming it; `legacy`: its entry recorded before what was made there was). Neither is what
+    weightkeeper made there: the delete leaves it in place and releases."""
+    from sqlalchemy import update
+
+    from weightkeeper.registry.schema import LocalPathRow
+
     hub.add_repo("acme/theirlink", tiny_files(f"theirlink-{policy}"))
-    wk.declare("theirlink", "hf://acme/theirlink", workspaces=["team-a"], download_policy=policy,
+    wk.declare("theirlink", "hf://acme/theirlink", workspaces=["team-a"],
+               download_policy="always-download" if policy == "always-download" else "reuse-if-exists",
                **({"subpath": "alice"} if policy == "always-download" else {}))  # a shared one: in the models root
     path = Path(wk.registry.get_model("theirlink").local_paths[0].path)
     theirs = outside_dir(tmp_path, {"notes.txt": b"the user's own"})
@@ -1156,6 +1162,9 @@ def test_a_link_a_user_put_at_the_path_is_never_removed_by_the_delete(wk, hub, t
         path.unlink()
         path.symlink_to(theirs)
         assert reconcile()[str(path)] == "failed"
+        if policy == "legacy":
+            with wk.registry._tx() as s:  # as migration 0005 leaves an entry recorded before it
+                s.execute(update(LocalPathRow).values(made="legacy"))
     with warnings_logged() as warnings:
         assert delete_model("theirlink") == "Released"
     assert os.readlink(path) == str(theirs) and tree(theirs) == {"notes.txt": b"the user's own"}

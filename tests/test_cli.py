@@ -383,15 +383,14 @@ def test_run_log_lines_go_through_the_console_that_draws_the_bars():
 
     from rich.console import Console
 
-    from weightkeeper.cli import _run_logs_through
+    from weightkeeper.cli import _bars, err_console
 
     handler = type("PrefectConsoleHandler", (logging.Handler,), {})()
     handler.console = own = Console()
-    bars = Console()
     logging.getLogger().addHandler(handler)
     try:
-        with _run_logs_through(bars):
-            assert handler.console is bars
+        with _bars():
+            assert handler.console is err_console  # the bars' console
         assert handler.console is own
     finally:
         logging.getLogger().removeHandler(handler)

@@ -371,12 +371,13 @@ def test_model_update_that_switches_only_some_paths_switches_them_back(wk, hub):
     assert model.commit == a and model.pending_commit is None and model.revision == "main"
 
 
-def test_a_partly_switched_path_another_model_joined_on_the_models_commit_goes_back_with_it(wk, hub):
-    """A tracked model's path no other model may join (`already owns`), so `model update` acts it out, by hand
-    between its switch and its switch back: team-a's path on v2's B, team-b's failed. Another user's model of main
-    (A, the commit the registry records) joins team-a's path, and its ensure already links it to A's copy. v2
-    returns to A and the model is ensured: the switch back is not held as shared, so its record of the path names
-    A's copy again, nothing is pending, and the other model stays Ready on A."""
+def test_a_partly_switched_path_no_other_model_may_join_until_the_switch_is_settled(wk, hub):
+    """`model update` acted out by hand between its switch and its switch back: team-a's path on v2's B, team-b's
+    failed. Another user's model of main (A, the commit the registry records) would share team-a's path, which links
+    to B: it is refused while B is pending. v2 returns to A: A is pending (the switch back), so it may join, and its
+    ensure links the path to A's copy. The model is ensured: the switch back is not held as shared, its record of
+    the path names A's copy again, nothing is pending, and the other model stays Ready on A."""
+    from weightkeeper.errors import ConflictError
     from weightkeeper.layout import HfSource
     from weightkeeper.sources import resolve
 
@@ -390,13 +391,18 @@ def test_a_partly_switched_path_another_model_joined_on_the_models_commit_goes_b
     assert os.readlink(p1) == f"{copies}/{b}" and os.readlink(p2) == f"{copies}/{a}"
     assert wk.registry.get_model("split-joined").pending_commit == b
 
-    wk.declare("bobs-split-joined", "hf://acme/track-split-joined", workspaces=["team-a"],
-               download_policy="reuse-if-exists", owner_name="bob", owner_uid=1001)
+    bobs = dict(workspaces=["team-a"], download_policy="reuse-if-exists", owner_name="bob", owner_uid=1001)
+    with pytest.raises(ConflictError, match=f"already owns {p1}"):
+        wk.declare("bobs-split-joined", "hf://acme/track-split-joined", **bobs)
+
+    hub.add_repo("acme/track-split-joined", commit_files("A"), revision="v2")  # v2 returns to A: team-a goes back
+    wk.registry.head_checked("split-joined", a, wk.registry.get_model("split-joined").files)
+    assert wk.registry.get_model("split-joined").pending_commit == a and os.readlink(p1) == f"{copies}/{b}"
+    wk.declare("bobs-split-joined", "hf://acme/track-split-joined", **bobs)  # on A, where the path goes: it may
     assert ensure_model("bobs-split-joined") == "Ready"
     other = wk.registry.get_model("bobs-split-joined")
     assert other.commit == a and other.local_paths[0].path == p1 and os.readlink(p1) == f"{copies}/{a}"
 
-    hub.add_repo("acme/track-split-joined", commit_files("A"), revision="v2")
     assert ensure_model("split-joined") == "Ready"
     model = wk.registry.get_model("split-joined")
     assert os.readlink(p1) == os.readlink(p2) == f"{copies}/{a}"

@@ -365,38 +365,38 @@ def test_a_switch_back_left_unfinished_is_finished_by_a_plain_ensure(wk, hub, mo
     assert model.phase == "Ready" and model.local_paths[0].status == "Ready" and model.revision == "v2"
 
 
-def test_another_users_model_that_joins_the_path_during_a_switch_is_never_moved_by_it(wk, hub, monkeypatch):
+def test_another_users_model_never_joins_a_path_while_its_model_switches(wk, hub, monkeypatch):
     """`model update --revision v2` on alice's model (no other model on its path when asked, or when its switch is
-    claimed); while the switch fills v2's copy, bob declares the same repository with no subpath (one link serves
-    both) and is Ready on A. The switch's rename would serve bob v2 while his record says A: it is not recorded, the
-    link goes back to A at once, and alice's update is held with a message naming no one."""
+    claimed); while the switch fills v2's copy, bob declares the same repository with no subpath, which one link
+    would serve both. Alice's path may link to v2 already (a model of several paths switches each in turn) while her
+    record says A: bob is refused, and alice ends on v2; once it is recorded he may share it."""
     import weightkeeper.tasks.download as download
+    from weightkeeper.errors import ConflictError
 
     repo = "acme/track-joined"
-    a = hub.add_repo(repo, commit_files("A"))
-    hub.add_repo(repo, commit_files("B", B_CHANGES), revision="v2")
+    hub.add_repo(repo, commit_files("A"))
+    b = hub.add_repo(repo, commit_files("B", B_CHANGES), revision="v2")
     shared = dict(workspaces=["team-a"], download_policy="reuse-if-exists")
     wk.declare("alices-joined", f"hf://{repo}", **shared)
     assert ensure_model("alices-joined") == "Ready"
     path = wk.registry.get_model("alices-joined").local_paths[0].path
     wk.registry.request_revision("alices-joined", "v2")
-    fill = download._fill_shared_copy
+    fill, refused = download._fill_shared_copy, []
 
     def joined(*args, **kwargs):  # bob, while the new copy is filled
-        wk.declare("bobs-joined", f"hf://{repo}", owner_name="bob", owner_uid=1001, **shared)
-        assert ensure_model("bobs-joined") == "Ready"
+        with pytest.raises(ConflictError, match=f"already owns {path}") as e:
+            wk.declare("bobs-joined", f"hf://{repo}", owner_name="bob", owner_uid=1001, **shared)
+        refused.append(str(e.value))
         return fill(*args, **kwargs)
 
     monkeypatch.setattr(download, "_fill_shared_copy", joined)
     assert ensure_model("alices-joined") == "Ready"
-    alice, bob = wk.registry.get_model("alices-joined"), wk.registry.get_model("bobs-joined")
-    assert bob.local_paths[0].path == path and os.readlink(path) == f"_artifacts/{repo.replace('/', '--')}/{a}"
-    assert alice.commit == bob.commit == a and alice.pending_commit is None
-    assert f"held: {path} was joined by another model during the switch" in alice.message and "bob" not in \
-        alice.message
-    assert reconcile()[path] == "linked"
-    assert {m.phase for m in (wk.registry.get_model("alices-joined"), wk.registry.get_model("bobs-joined"))} == \
-        {"Ready"}
+    alice = wk.registry.get_model("alices-joined")
+    assert refused and wk.registry.find_model("bobs-joined") is None
+    assert alice.commit == b and alice.pending_commit is None
+    assert os.readlink(path) == f"_artifacts/{repo.replace('/', '--')}/{b}"
+    wk.declare("bobs-joined", f"hf://{repo}@v2", owner_name="bob", owner_uid=1001, **shared)
+    assert ensure_model("bobs-joined") == "Ready" and wk.registry.get_model("bobs-joined").local_paths[0].path == path
 
 
 def _relist(hub, repo: str, commit: str, files: dict[str, bytes]) -> None:

@@ -250,7 +250,7 @@ def remove_model_path(path: str, volumes: Sequence[VolumeRule], made: str | None
             return False
         try:
             if not stat.S_ISDIR(st.st_mode):
-                if not (made == LEGACY or made == LINK and _names_a_copy(path, parent.readlink(name), volumes)):
+                if not (made in (LEGACY, LINK) and _names_a_copy(path, parent.readlink(name), volumes)):
                     raise NotOursError(f"{path} is not what weightkeeper made there (not a link of its own to a "
                                        "shared copy); left in place")
                 return parent.unlink(name)

@@ -234,8 +234,8 @@ def route(location: str, endpoint: str, allowed: Collection[str]) -> Route:
     try:
         addresses, home = _addresses(parts.hostname), set(_addresses(urlsplit(endpoint).hostname or "").values())
     except OSError as e:
-        raise DownloadError(f"cannot resolve {host} to check a redirect to it ({e}); will retry (a host only a "
-                            "proxy can resolve must be allowed in hub_redirect_hosts)") from None
+        raise DownloadError(f"cannot resolve {host} to check a redirect to it ({e}; a host only a proxy can resolve "
+                            "must be allowed in hub_redirect_hosts); will retry") from None
     if bad := sorted(set(addresses.values()) - home - {"public"}):
         return Route(location, f"{host} has a {' and a '.join(bad)} address (allow it in hub_redirect_hosts if it "
                                "is trusted)")

@@ -224,9 +224,9 @@ class HubBudget:
             else:
                 until = time.monotonic() + wait
                 self._waits(lambda: until - time.monotonic())
-        raise DownloadError(f"the Hub answered 429 Too Many Requests {THROTTLE_ATTEMPTS} times in a row for {what}; "
-                            "will retry (lower hub_api_requests_per_5min / hub_resolve_requests_per_5min to the "
-                            "token's limits)")
+        raise DownloadError(f"the Hub answered 429 Too Many Requests {THROTTLE_ATTEMPTS} times in a row for {what} "
+                            "(lower hub_api_requests_per_5min / hub_resolve_requests_per_5min to the token's limits); "
+                            "will retry")
 
 
 def hub_budget(settings: Settings, registry: Registry | None,

@@ -384,20 +384,22 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
         """
         rows = session.execute(
             select(ModelRow.name, ModelRow.phase, ModelRow.download_policy, ModelRow.repo_id, ModelRow.commit,
-                   ModelRow.include_patterns, ModelRow.exclude_patterns, ModelRow.track)
+                   ModelRow.include_patterns, ModelRow.exclude_patterns, ModelRow.track, ModelRow.pending_commit)
             .join(LocalPathRow)
             .where(LocalPathRow.cluster == cluster, LocalPathRow.path == path, LocalPathRow.owned.is_(True),
                    ModelRow.id != getattr(exclude, "id", -1),
                    or_(LocalPathRow.made.is_not(None), LocalPathRow.status != FAILED) if holding else true())
         )
-        # a tracked model switches its path's link: it shares the path with no other model
+        # a tracked model switches its path's link: it shares the path with no other model; nor does one while it
+        # switches (a path of it may link to the pending commit's copy already, and each is moved in turn)
         sharing = share and exclude is not None and exclude.download_policy == REUSE_IF_EXISTS and not exclude.track
         commit = getattr(exclude, "commit", None)
         patterns = None if exclude is None else _patterns(exclude.include, exclude.exclude) if isinstance(
             exclude, ModelSpec) else _patterns(exclude.include_patterns, exclude.exclude_patterns)
-        return [(n, phase == DELETING) for n, phase, policy, repo, their_commit, include, excluded, track in rows
+        return [(n, phase == DELETING) for n, phase, policy, repo, their_commit, include, excluded, track, pending in rows
                 if not (sharing and phase != DELETING and policy == REUSE_IF_EXISTS and repo == exclude.repo_id
-                        and commit in (None, their_commit) and not track and patterns == _patterns(include, excluded))]
+                        and commit in (None, their_commit) and not track and pending in (None, their_commit)
+                        and patterns == _patterns(include, excluded))]
 
     @staticmethod
     def _nested(session: Session, cluster: str, path: str, exclude: ModelRow | ModelSpec | None,

@@ -104,7 +104,8 @@ class UpdateOps:
                 return False
             if commit not in (None, row.commit) and not held and (name := _relisted(s, row, commit, files)):
                 held = (f"update to {commit} held: the Hub lists {name} of it otherwise than when a shared copy of "
-                        f"it was made; it stays on {row.commit}")
+                        f"it was made; it stays on {row.commit}: check the Hub endpoint (if that copy was made from a "
+                        "wrong listing, delete the models on it so that garbage collection removes it)")
                 row.message = scrub_message(held)
             if commit is None or held or commit == row.commit:
                 row.pending_commit = row.pending_files = None
@@ -187,10 +188,6 @@ class UpdateOps:
         with self._tx(path_lock=True) as s:
             row = self._model(s, name)
             p = self._path(row, path_id)
-            if row.pending_commit != row.commit and self._shared(s, row, p):  # joined since `claim_switch`
-                raise ConflictError(f"update to {row.pending_commit} held: {p.path} was joined by another model "
-                                    f"during the switch, whose link it moved too; it goes back to {row.commit}",
-                                    "PathShared")
             old, p.artifact_id, p.size_bytes, p.bytes_done = p.artifact_id, artifact_id, size_bytes, size_bytes
             p.message, p.verified_at, p.checked_at, p.updated_at = "switched", now, now, now
             if old is not None and old != artifact_id and (copy := s.get(ArtifactRow, old)) is not None:
