@@ -8,8 +8,11 @@ from weightkeeper.flows.jobs import deployed, run_path_jobs
 from weightkeeper.flows.paths import CLEANUP_RETRIES, cleanup_delays
 from weightkeeper.tasks.cleanup import collect_shared_copy, release_model, remove_staged_snapshot, stop_downloads
 from weightkeeper.tasks.report import publish_paths
-from weightkeeper.config import CLEAN_FLOW, DELETE_FLOW
+from weightkeeper.config import CLEAN_FLOW, DELETE_FLOW, Settings
+from weightkeeper.desired import in_grace
 from weightkeeper.errors import CleanupError
+from weightkeeper.registry import Model, Registry
+from weightkeeper.registry.common import utcnow
 from weightkeeper.runs import holds_run_lease
 from weightkeeper.context import current
 
@@ -31,7 +34,7 @@ def delete_model(name: str, bound: str | None = None) -> str:
     paths = registry.get_model(name).local_paths
     if failed := run_path_jobs(CLEAN_FLOW, name, paths, here=not deployed()):  # a clean-path run per path
         raise CleanupError(f"cleanup of {name!r} incomplete, the model is kept: {'; '.join(map(str, failed))}")
-    for artifact_id in sorted({p.artifact_id for p in paths if p.artifact_id}):
+    for artifact_id in _copies(settings, registry, model, paths):
         collect_shared_copy(artifact_id, return_state=True)  # a copy that cannot go now is reconcile's
     if registry.get_model(name).staging_uri:
         remove_staged_snapshot.with_options(retries=CLEANUP_RETRIES, retry_delay_seconds=cleanup_delays(
@@ -39,3 +42,13 @@ def delete_model(name: str, bound: str | None = None) -> str:
     release_model(name)
     publish_paths(name, registry.find_model(name))
     return "Released"
+
+
+def _copies(settings: Settings, registry: Registry, model: Model, paths: list) -> list[int]:
+    """The shared copies to collect: those the model's paths link to, and every copy of its repository that no model
+    uses and no switch left within its grace period, as the next reconcile pass would collect it. A delete killed
+    after cleaning a path dropped that path's entry, and with it the only record of which copy it linked to."""
+    now = utcnow()
+    unused = {a.id for a in registry.artifacts_of(model.repo_id) if not a.in_use
+              and not in_grace(a.released_at, now, settings.track_grace_seconds)} if model.repo_id else set()
+    return sorted(unused | {p.artifact_id for p in paths if p.artifact_id})

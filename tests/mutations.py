@@ -1673,6 +1673,15 @@ MUTATIONS = {
     "cli-bars-without-run-logs": (
         "weightkeeper/cli.py", "transient=False) as progress, _run_logs_through(progress.console):",
         "transient=False) as progress:", "tests/test_cli.py::test_run_log_lines_go_through_the_console_that_draws_the_bars"),
+    "delete-collects-only-copies-its-paths-still-name": (
+        "flows/delete_model.py", "    return sorted(unused | {p.artifact_id for p in paths if p.artifact_id})",
+        "    return sorted({p.artifact_id for p in paths if p.artifact_id})", "tests/test_chaos.py::test_a_delete_killed_once_a_link_is_gone_collects_its_shared_copy_when_run_again"),
+    "delete-leaves-multipart-uploads": (
+        "weightkeeper/s3.py", "        _abort_uploads(client, bucket, prefix, uri)\n",
+        "", "tests/test_s3.py::test_a_delete_aborts_the_multipart_uploads_a_killed_staging_left_and_no_neighbours"),
+    "abort-uploads-outside-the-prefix": (
+        "weightkeeper/s3.py", "isinstance(key, str) and key.startswith(prefix) and isinstance(upload_id, str)",
+        "isinstance(key, str) and isinstance(upload_id, str)", "tests/test_s3.py::test_a_delete_aborts_the_multipart_uploads_a_killed_staging_left_and_no_neighbours"),
 }
 
 

@@ -82,6 +82,8 @@ class _Handler(BaseHTTPRequestHandler):
             data = response.read()
             if self.command == "GET" and "list-type" in query and proxy.rewrite_listing and response.status == 200:
                 data = proxy.rewrite_listing(data, query)
+            if self.command == "GET" and "uploads" in query and proxy.rewrite_uploads and response.status == 200:
+                data = proxy.rewrite_uploads(data)
             self._reply(response.status, response.getheaders(), data, head=self.command == "HEAD")
         finally:
             conn.close()
@@ -97,7 +99,8 @@ class _Server(ThreadingHTTPServer):
 class S3Proxy:
     """`refuse_deletes`: answer every delete with AccessDenied. `allow_uploads(n)`: accept n more
     uploads (PUT object or part), then refuse them; `allow_uploads(None)` lifts the limit. `rewrite_listing`:
-    a function that rewrites each ListObjectsV2 answer (its XML body and the request's query)."""
+    a function that rewrites each ListObjectsV2 answer (its XML body and the request's query); `rewrite_uploads`:
+    one that rewrites each ListMultipartUploads answer."""
 
     def __init__(self, upstream: str):
         parts = urlsplit(upstream)
@@ -108,6 +111,7 @@ class S3Proxy:
         self.requests: Counter = Counter()  # (method, /bucket/key) -> count
         self.uploads: Counter = Counter()  # /bucket/key -> accepted uploads (objects or parts)
         self.rewrite_listing = None  # (ListObjectsV2 answer, query) -> the answer sent instead
+        self.rewrite_uploads = None  # ListMultipartUploads answer -> the answer sent instead
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.proxy = self
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -130,7 +134,7 @@ class S3Proxy:
 
     def reset(self) -> None:
         with self.lock:
-            self.refuse_deletes, self.uploads_left, self.rewrite_listing = False, None, None
+            self.refuse_deletes, self.uploads_left, self.rewrite_listing, self.rewrite_uploads = False, None, None, None
             self.requests.clear()
             self.uploads.clear()
 

@@ -150,6 +150,32 @@ def test_prefix_delete_never_touches_a_neighbouring_prefix(wk, hub, s3):
     assert s3.keys() == sorted(neighbours)
 
 
+def test_a_delete_aborts_the_multipart_uploads_a_killed_staging_left_and_no_neighbours(wk, hub, s3):
+    """A staging run killed mid-upload leaves a multipart upload whose parts S3 bills: the delete aborts it, and
+    leaves alone an upload under a neighbouring prefix, even when a hostile listing names it under ours."""
+    commit = hub.add_repo("acme/parts", tiny_files("s3-parts"))
+    wk.declare("parts", "hf://acme/parts", workspaces=["team-b"])
+    assert ensure_model("parts") == "Ready"
+    ours, theirs = f"staging/acme--parts/{commit}/model-00009-of-00009.safetensors", f"staging/acme--parts-b/{commit}/x"
+    for key in (ours, theirs):
+        upload = s3.client.create_multipart_upload(Bucket=s3.bucket, Key=key)["UploadId"]
+        s3.client.upload_part(Bucket=s3.bucket, Key=key, UploadId=upload, PartNumber=1, Body=b"a part")
+    s3.proxy.rewrite_uploads = lambda body: re.sub(  # a hostile listing: the neighbour's upload under ours
+        rb"(<ListMultipartUploadsResult[^>]*>)", lambda m: m.group(1) + (
+            f"<Upload><Key>{theirs}</Key><UploadId>{upload}</UploadId></Upload>").encode(), body, count=1)
+    wk.rewrite(hf_endpoint=hub.url, cleanup_retry_seconds=0.5, cleanup_retry_max_seconds=1)
+    deletion = in_thread(delete_model, "parts")
+    wait_until(lambda: wk.registry.get_model("parts").cleanup_attempts >= 1, what="a refused listing of uploads")
+    assert "removal of the staged copy" in wk.registry.get_model("parts").message
+    uploads = s3.client.list_multipart_uploads(Bucket=s3.bucket, Prefix="staging/").get("Uploads", [])
+    assert theirs in [u["Key"] for u in uploads]  # refused, never aborted
+    s3.proxy.rewrite_uploads = None
+    deletion.join(60)
+    assert deletion.result.get("value") == "Released"
+    left = s3.client.list_multipart_uploads(Bucket=s3.bucket, Prefix="staging/").get("Uploads", [])
+    assert [u["Key"] for u in left] == [theirs]
+
+
 def listed(*keys: str):
     """A listing rewrite that puts `keys` first in every answer, as a hostile or careless server would."""
     def rewrite(body: bytes, query: dict) -> bytes:

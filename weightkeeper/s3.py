@@ -53,6 +53,7 @@ from weightkeeper.watchdog import BodyRefused, Pace, current, read_body, read_wh
 
 DIGEST_KEY = "wk-digest"
 PART_BYTES = 16 << 20
+UPLOAD_PAGES = 100  # pages of multipart uploads aborted under one prefix at most (a staging run leaves up to 8)
 TRANSFER = TransferConfig(multipart_threshold=PART_BYTES, multipart_chunksize=PART_BYTES, max_concurrency=8)
 PLAIN_ETAG = re.compile(r'"?([0-9a-f]{32})"?')
 PARTS_ETAG = re.compile(r'"?[0-9a-f]{32}-[0-9]{1,5}"?')  # an object uploaded in parts
@@ -385,9 +386,26 @@ def stage_snapshot(client, uri: str, snapshot: Snapshot,
     return counts["uploaded"], counts["skipped"]
 
 
+def _abort_uploads(client, bucket: str, prefix: str, uri: str) -> None:
+    """Abort the multipart uploads under `prefix` that a killed staging run left (S3 bills their parts until then),
+    in at most UPLOAD_PAGES pages of a listing checked as it comes (each key under `prefix`)."""
+    markers: dict[str, str] = {}
+    for _ in range(UPLOAD_PAGES):
+        page = _call(client.list_multipart_uploads, uri, Bucket=bucket, Prefix=prefix, **markers)
+        for upload in page.get("Uploads") or ():
+            key, upload_id = upload.get("Key"), upload.get("UploadId")
+            if not (isinstance(key, str) and key.startswith(prefix) and isinstance(upload_id, str)):
+                raise CleanupError(f"S3 listed a multipart upload {said(key)} that is not under {uri}")
+            _call(client.abort_multipart_upload, uri, Bucket=bucket, Key=key, UploadId=upload_id)
+        following = {"KeyMarker": page.get("NextKeyMarker"), "UploadIdMarker": page.get("NextUploadIdMarker")}
+        if not page.get("IsTruncated") or following == markers or not all(following.values()):
+            return
+        markers = following
+
+
 def delete_prefix(client, bucket: str, prefix: str, limits: Limits) -> int:
     """Delete every object whose key starts with `prefix` (which ends in '/'), at most `limits.max_manifest_files`
-    of them (a staged copy holds no more); returns how many.
+    of them (a staged copy holds no more), and abort the multipart uploads left under it; returns how many objects.
 
     Raises `CleanupError` when S3 refuses any delete or anything is left afterwards.
     """
@@ -405,9 +423,13 @@ def delete_prefix(client, bucket: str, prefix: str, limits: Limits) -> int:
                                    f"{said(first.get('Key'))}: {said(first.get('Code'))} "
                                    f"{said(first.get('Message'))}".rstrip())
         left = _call(client.list_objects_v2, uri, Bucket=bucket, Prefix=prefix, MaxKeys=1).get("KeyCount", 0)
+        _abort_uploads(client, bucket, prefix, uri)
+        uploads = _call(client.list_multipart_uploads, uri, Bucket=bucket, Prefix=prefix, MaxUploads=1).get("Uploads")
     except (BotoCoreError, ClientError, DownloadError) as e:
         reason = e if isinstance(e, DownloadError) else s3_error(e, uri)
         raise CleanupError(str(reason)) from None
     if left:
         raise CleanupError(f"objects are still left under {uri} after deleting {len(keys)}")
+    if uploads:
+        raise CleanupError(f"multipart uploads are still left under {uri} after aborting them")
     return len(keys)

@@ -140,6 +140,13 @@ class ArtifactOps:
             rows = list(s.scalars(select(ArtifactRow).order_by(ArtifactRow.id)))
             return self._artifact_views(s, rows, lambda copy_id: copy_id.is_not(None))
 
+    def artifacts_of(self, repo_id: str) -> list[Artifact]:
+        """The shared copies of one repository, in four queries."""
+        with self._tx() as s:
+            rows = list(s.scalars(select(ArtifactRow).where(ArtifactRow.repo_id == repo_id).order_by(ArtifactRow.id)))
+            ids = [row.id for row in rows]
+            return self._artifact_views(s, rows, lambda copy_id: copy_id.in_(ids))
+
     def claim_artifact(self, artifact_id: int, holder, lease_seconds: float) -> Lease | None:
         """Make `holder` the one writer of a shared copy; the lease of the run that keeps it from it, if any."""
         with self._tx() as s:
