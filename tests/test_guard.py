@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from weightkeeper.errors import CleanupError, LinkInTheWayError, UnsafePathError
+from weightkeeper.errors import CleanupError, LinkInTheWayError, NotOursError, UnsafePathError
 from weightkeeper.anchored import Dir, PathOpener
 from weightkeeper.fsops import directory_size, remove_model_path
 from weightkeeper.guard import VolumeRule, check_removable, check_staged_prefix
@@ -114,13 +114,22 @@ def test_symlink_inside_model_dir_is_unlinked_not_followed(volume, tmp_path):
 
 
 def test_symlink_at_model_path_removes_only_the_link(volume, tmp_path):
+    """A link naming a shared copy (weightkeeper's) goes, never what it names; any other link stays in place."""
+    copy = volume / "models" / "_artifacts" / "o--n" / ("c" * 40)
+    copy.mkdir(parents=True)
+    (copy / "w.bin").write_bytes(b"1")
     outside = tmp_path / "elsewhere"
     outside.mkdir()
-    (outside / "w.bin").write_bytes(b"1")
     link = volume / "models" / "o--n"
-    link.symlink_to(outside)
-    remove_model_path(str(link), [VolumeRule(str(volume))])
-    assert not os.path.lexists(link) and (outside / "w.bin").exists()
+    for made in ("legacy", "link"):
+        link.symlink_to(f"_artifacts/o--n/{'c' * 40}")
+        remove_model_path(str(link), [VolumeRule(str(volume))], made)
+        assert not os.path.lexists(link) and (copy / "w.bin").exists()
+        link.symlink_to(outside)
+        with pytest.raises(NotOursError, match="not what weightkeeper made there"):
+            remove_model_path(str(link), [VolumeRule(str(volume))], made)
+        assert os.readlink(link) == str(outside)
+        link.unlink()
 
 
 def test_symlinked_parent_inside_volume_is_refused(volume, tmp_path):

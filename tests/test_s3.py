@@ -423,7 +423,7 @@ def test_with_staging_disabled_new_models_go_direct_and_staged_copies_can_still_
 
 @pytest.mark.parametrize(("table", "error"), [
     ('bucket = "Bad_Bucket"', "valid S3 bucket name"),
-    ('prefix = "p"', "bucket None must be"),
+    ('prefix = "p"', "bucket is required"),
     ('bucket = "ok-bucket"\nprefix = "/abs"', "plain segments"),
     ('bucket = "ok-bucket"\nprefix = "a/../b"', "plain segments"),
     ('bucket = "ok-bucket"\nregion = ""', "region must be a non-empty string"),
