@@ -56,7 +56,10 @@ def ensure_model(name: str, bound: str | None = None) -> str:
 
 def _failure(state: State, name: str) -> str:
     """What a failed resolve or stage said (its error's own words, not Prefect's around them), once no retry is left."""
-    error = state.result(raise_on_failure=False)
+    try:
+        error = state.result(raise_on_failure=False)
+    except Exception:  # noqa: BLE001 - a state that keeps no result (crashed, cancelled): its message is all there is
+        error = None
     if isinstance(error, DownloadError):
         return str(error) if error.permanent else gave_up(error, name)
     return state.message or "unknown error"

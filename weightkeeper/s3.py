@@ -395,7 +395,7 @@ def _abort_uploads(client, bucket: str, prefix: str, uri: str) -> None:
         for upload in page.get("Uploads") or ():
             key, upload_id = upload.get("Key"), upload.get("UploadId")
             if not (isinstance(key, str) and key.startswith(prefix) and isinstance(upload_id, str)):
-                raise CleanupError(f"S3 listed a multipart upload {said(key)} that is not under {uri}")
+                raise CleanupError(f"S3 listed a multipart upload {said(str(key))} that is not under {uri}")
             _call(client.abort_multipart_upload, uri, Bucket=bucket, Key=key, UploadId=upload_id)
         following = {"KeyMarker": page.get("NextKeyMarker"), "UploadIdMarker": page.get("NextUploadIdMarker")}
         if not page.get("IsTruncated") or following == markers or not all(following.values()):
