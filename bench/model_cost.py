@@ -7,13 +7,16 @@ Each model is its own repository with a 1 MiB shard, served by the Hub test serv
 into one local workspace; two models warm up first. The server's CPU is read after a pause, once its batched
 services (the task-run recorder, the event persister) caught up. The reference is `curl` fetching the same files
 of each model from the same server (its CPU, as a child process's), one model at a time: what the bytes alone
-cost. This is where the scale benchmark's time per model goes.
+cost. This is where the scale benchmark's time per model goes. It also prints the Prefect API calls a model makes
+(those this process sends, by method and path).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
+import re
 import resource
 import tempfile
 import time
@@ -21,11 +24,41 @@ from pathlib import Path
 
 from _setup import prepare_environment, row, sh, write_config, write_repo
 
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process (all its threads)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class ApiCalls:
+    """Counts the requests this process sends to the Prefect API while `on`, by method and path (ids as `{id}`)."""
+
+    def __init__(self):
+        import httpx
+
+        self.on, self.counts = False, collections.Counter()
+        sync_send, async_send = httpx.Client.send, httpx.AsyncClient.send
+
+        def count(request) -> None:
+            if self.on and "/api/" in request.url.path:
+                self.counts[f"{request.method} {UUID.sub('{id}', request.url.path.split('/api', 1)[1])}"] += 1
+
+        def send(client, request, **kwargs):
+            count(request)
+            return sync_send(client, request, **kwargs)
+
+        async def asend(client, request, **kwargs):
+            count(request)
+            return await async_send(client, request, **kwargs)
+
+        httpx.Client.send, httpx.AsyncClient.send = send, asend
+
+    def per_model(self, models: int) -> str:
+        return f"{sum(self.counts.values()) / models:.1f} (" + ", ".join(
+            f"{n / models:.1f} {what}" for what, n in self.counts.most_common()) + ")"
 
 
 def main() -> None:
@@ -62,7 +95,7 @@ def main() -> None:
         from weightkeeper.runs import run_here
         from weightkeeper.service import declare_model
 
-        settings = load_settings()
+        settings, calls = load_settings(), ApiCalls()
         registry = registry_for(settings)
         for name in names:
             declare_model(settings, registry, name=name, source=f"hf://bench/{name}", owner_name="bench", owner_uid=0,
@@ -70,10 +103,12 @@ def main() -> None:
         for name in names[:2]:
             assert run_here(ensure_model, name) == "Ready"
         time.sleep(2)
+        calls.on = True
         server_cpu, cpu, begun = cpu_seconds(server.pid), time.process_time(), time.perf_counter()
         for name in names[2:]:
             assert run_here(ensure_model, name) == "Ready"
         cpu, wall = time.process_time() - cpu, time.perf_counter() - begun
+        calls.on = False
         time.sleep(3)  # the server's batched services catch up
         server_cpu = cpu_seconds(server.pid) - server_cpu
         hub.stop()
@@ -83,6 +118,7 @@ def main() -> None:
         f"{ours * 1000:.0f} ms (ensure-model's process {cpu / n * 1000:.0f} ms, the Prefect server "
         f"{server_cpu / n * 1000:.0f} ms; {wall / n * 1000:.0f} ms wall)", f"{reference * 1000:.0f} ms (`curl`)",
         f"{ours / reference:.0f}x curl's CPU")
+    print(f"Prefect API calls per model: {calls.per_model(n)}")
 
 
 if __name__ == "__main__":
