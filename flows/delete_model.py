@@ -49,6 +49,6 @@ def _copies(settings: Settings, registry: Registry, model: Model, paths: list) -
     uses and no switch left within its grace period, as the next reconcile pass would collect it. A delete killed
     after cleaning a path dropped that path's entry, and with it the only record of which copy it linked to."""
     now = utcnow()
-    unused = {a.id for a in registry.artifacts_of(model.repo_id) if not a.in_use
+    unused = {a.id for a in registry.list_artifacts(model.repo_id) if not a.in_use
               and not in_grace(a.released_at, now, settings.track_grace_seconds)} if model.repo_id else set()
     return sorted(unused | {p.artifact_id for p in paths if p.artifact_id})

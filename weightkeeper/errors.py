@@ -94,13 +94,13 @@ class DownloadError(WeightkeeperError):
         self.permanent = permanent
 
 
+RETRIES = "; will retry"  # how a transient DownloadError's message ends
+
+
 def gave_up(error: DownloadError, name: str) -> str:
     """What a model's record says of a transient `error` once its task's retries are spent: nothing retries it on its
     own then (a Failed model waits for its owner), so its `will retry` becomes what does."""
     return f"{str(error).removesuffix(RETRIES)}; `weightkeeper model retry {name}` tries again"
-
-
-RETRIES = "; will retry"  # how a transient DownloadError's message ends
 
 
 class DeadlineExceeded(DownloadError):

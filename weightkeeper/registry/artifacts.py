@@ -134,18 +134,14 @@ class ArtifactOps:
             row = s.get(ArtifactRow, artifact_id)
             return self._artifact_view(s, row) if row else None
 
-    def list_artifacts(self) -> list[Artifact]:
-        """Every shared copy, in four queries whatever the count."""
+    def list_artifacts(self, repo_id: str | None = None) -> list[Artifact]:
+        """Every shared copy (of one repository: `repo_id`), in four queries whatever the count."""
         with self._tx() as s:
-            rows = list(s.scalars(select(ArtifactRow).order_by(ArtifactRow.id)))
-            return self._artifact_views(s, rows, lambda copy_id: copy_id.is_not(None))
-
-    def artifacts_of(self, repo_id: str) -> list[Artifact]:
-        """The shared copies of one repository, in four queries."""
-        with self._tx() as s:
-            rows = list(s.scalars(select(ArtifactRow).where(ArtifactRow.repo_id == repo_id).order_by(ArtifactRow.id)))
-            ids = [row.id for row in rows]
-            return self._artifact_views(s, rows, lambda copy_id: copy_id.in_(ids))
+            query = select(ArtifactRow).order_by(ArtifactRow.id)
+            if repo_id is None:
+                return self._artifact_views(s, list(s.scalars(query)), lambda copy_id: copy_id.is_not(None))
+            rows = list(s.scalars(query.where(ArtifactRow.repo_id == repo_id)))
+            return self._artifact_views(s, rows, lambda copy_id: copy_id.in_([row.id for row in rows]))
 
     def claim_artifact(self, artifact_id: int, holder, lease_seconds: float) -> Lease | None:
         """Make `holder` the one writer of a shared copy; the lease of the run that keeps it from it, if any."""
