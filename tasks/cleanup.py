@@ -18,7 +18,7 @@ from weightkeeper.tasks.stage import SCRATCH
 from weightkeeper.errors import CleanupError, DownloadError, LinkInTheWayError, NotOursError, UnsafePathError
 from weightkeeper.events import emit_phase
 from weightkeeper.anchored import remove_under
-from weightkeeper.fsops import LEGACY, open_copy, remove_model_files, remove_model_path
+from weightkeeper.fsops import LEGACY, open_copy, remove_model_files, remove_model_path, remove_repo_dir
 from weightkeeper.config import DOWNLOAD_FLOW, Settings, job_run_name
 from weightkeeper.guard import check_removable, check_staged_prefix
 from weightkeeper.pods import live_pods
@@ -286,7 +286,7 @@ def collect_shared_copy(artifact_id: int) -> str:
         raise CleanupError(f"another process holds the lock on {artifact.path}")
 
     try:
-        with file_lock(artifact.path, settings.volume_rules, on_wait=busy):
+        with file_lock(artifact.path, settings.volume_rules, on_wait=busy) as lock:
             links = links_into(artifact.path, settings.volume_rules)
             if registry.get_artifact(artifact_id).in_use or links:
                 registry.set_artifact(artifact_id, holder, artifact.state, f"kept: linked from {', '.join(links)}"
@@ -307,6 +307,8 @@ def collect_shared_copy(artifact_id: int) -> str:
                 done = "forgotten"
             if not registry.delete_artifact(artifact_id):
                 raise CleanupError(f"a model linked to {artifact.path} while it was being collected")
+            lock.discard()  # no file of the copy is left behind: its lock, and its repository's directory if empty
+            remove_repo_dir(artifact.path, settings.volume_rules)
     except (CleanupError, UnsafePathError, OSError) as e:  # OSError: its lock, on a shelf this process may not enter
         why = f"{e.filename or artifact.path}: {e.strerror}" if isinstance(e, OSError) and e.strerror else str(e)
         registry.set_artifact(artifact_id, holder, artifact.state, f"cannot collect: {why}", release=True)

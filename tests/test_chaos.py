@@ -39,13 +39,13 @@ def test_a_delete_killed_once_a_link_is_gone_collects_its_shared_copy_when_run_a
     hub.add_repo("acme/chaos-shared", tiny_files("chaos-shared"))
     wk.declare("shared", "hf://acme/chaos-shared", workspaces=["team-a", "team-b"], download_policy="reuse-if-exists")
     assert ensure_model("shared") == "Ready"
-    shelves = [wk.volumes[ws] / "models" / "_artifacts" / "acme--chaos-shared" for ws in ("team-a", "team-b")]
-    assert all(len(os.listdir(shelf)) == 1 for shelf in shelves)
+    repo_dirs = [wk.volumes[ws] / "models" / "_artifacts" / "acme--chaos-shared" for ws in ("team-a", "team-b")]
+    assert all(len(os.listdir(repo_dir)) == 1 for repo_dir in repo_dirs)
 
     assert killed_after(wk, "remove_path", "model", "delete", "shared", "--wait") == -9
     model = wk.registry.get_model("shared")
     assert model.phase == "Deleting" and len(model.local_paths) < 2
 
     assert delete_model("shared") == "Released"
-    assert [os.listdir(shelf) for shelf in shelves] == [[], []] and wk.registry.list_artifacts() == []
+    assert not any(repo_dir.exists() for repo_dir in repo_dirs) and wk.registry.list_artifacts() == []
     assert sorted(os.listdir(wk.volumes["team-a"] / "models")) == ["_artifacts"]

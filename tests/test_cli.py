@@ -399,3 +399,30 @@ def test_run_log_lines_go_through_the_console_that_draws_the_bars():
 def test_a_workspace_named_twice_is_recorded_once(wk, hub):
     model = wk.declare("twice", "hf://acme/twice", workspaces=["team-a", "team-b", "team-a"])
     assert model.targets == ["team-a", "team-b"] and [p.workspace for p in model.local_paths] == ["team-a", "team-b"]
+
+
+def test_a_token_saved_with_secret_set_downloads_a_private_model_and_is_never_shown(wk, hub):
+    """`weightkeeper secret set NAME` reads the token from stdin and saves it as a Prefect Secret block on the Prefect
+    server weightkeeper uses (where `prefect block create`, run by hand without PREFECT_API_URL, would not reach): a
+    model of a private repository names it and becomes Ready; the token is in no output. A block name Prefect would
+    refuse, or no token, gets one line."""
+    token = "hf_CLIsecretSET1234567890"
+    hub.add_repo("acme/cli-private", tiny_files("cli-private"), private=True, token=token)
+
+    def secret_set(name: str, given: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "WEIGHTKEEPER_CONFIG": str(wk.config)}
+        return subprocess.run([sys.executable, "-m", "weightkeeper.cli", "secret", "set", name], input=given, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    saved = secret_set("hf-cli-token", token + "\n")
+    assert saved.returncode == 0 and "--token-block hf-cli-token" in saved.stdout, saved.stderr
+    out = cli(wk, "model", "create", "cli-private", "--source", "hf://acme/cli-private", "--workspace", "team-a",
+              "--token-block", "hf-cli-token", "--wait")
+    assert "Ready" in out.stdout and token not in saved.stdout + saved.stderr + out.stdout + out.stderr
+    assert token not in json.dumps(wk.registry.get_model("cli-private").to_json())
+    for name, given, message in [("HF_Token", token, "'HF_Token' is not a Prefect block name"),
+                                 ("hf-empty", "\n", "give the token as one line on stdin"),
+                                 ("hf-two-lines", f"{token}\nsecond\n", "give the token as one line on stdin")]:
+        refused = secret_set(name, given)
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1 and token not in refused.stderr + refused.stdout

@@ -49,13 +49,120 @@ def test_two_models_share_one_copy_and_it_goes_with_the_last(wk, hub):
     assert delete_model("one") == "Released"
     assert not os.path.lexists(one.path) and copy.is_dir() and fetched_files(two.path)
     assert delete_model("two") == "Released"
-    assert not os.path.lexists(two.path) and not copy.exists() and copy.parent.is_dir()
+    locks = copy.parent.parent / ".locks"
+    assert not os.path.lexists(two.path) and not copy.parent.exists() and copy.parent.parent.is_dir()
+    assert list(locks.iterdir()) == []  # neither its lock nor its repository's directory is left behind
     assert wk.registry.list_artifacts() == []
 
     hub.reset_stats()
     wk.declare("three", "hf://acme/share", workspaces=["team-a"], download_policy="reuse-if-exists")
     assert ensure_model("three") == "Ready"
     assert hub.get_count("acme/share") == FILES_FETCHED  # a fresh download: the copy was gone
+
+
+def test_a_repositorys_directory_goes_with_its_last_copy_and_its_lock_with_each(wk, hub):
+    """Two commits of one repository, each the copy of a model: collecting one removes its copy and its lock, and
+    keeps the repository's directory (the other is in it); collecting the last removes that directory too."""
+    old = hub.add_repo("acme/two-commits", tiny_files("two-commits"), revision="v1")
+    new = hub.add_repo("acme/two-commits", tiny_files("two-commits-b"), revision="v2")
+    for name, revision in (("first", "v1"), ("second", "v2")):
+        wk.declare(name, f"hf://acme/two-commits@{revision}", workspaces=["team-a"], subpath=f"models/{name}",
+                   download_policy="reuse-if-exists")
+        assert ensure_model(name) == "Ready"
+    repo = shared_dir(wk, "acme--two-commits", old).parent
+    locks = repo.parent / ".locks"
+    assert sorted(p.name for p in repo.iterdir()) == sorted([old, new])
+    assert delete_model("first") == "Released"
+    assert [p.name for p in repo.iterdir()] == [new] and [p.name for p in locks.iterdir()] == [
+        f"acme--two-commits--{new}.lock"]
+    assert delete_model("second") == "Released"
+    assert not repo.exists() and list(locks.iterdir()) == [] and repo.parent.is_dir()
+
+
+def test_a_lock_discarded_while_another_waits_for_it_is_taken_again_at_its_name(tmp_path):
+    """A collection removes a copy's lock file while it holds it, as a download waits for that lock: the download,
+    once it has the lock, holds it at its name (a new file), so a third process that opens the name now waits too,
+    instead of both holding `flock`s on different files."""
+    import threading
+
+    from weightkeeper.errors import CleanupError
+    from weightkeeper.guard import VolumeRule
+    from weightkeeper.sharing import file_lock
+
+    volumes, copy = [VolumeRule(str(tmp_path))], str(tmp_path / "models" / "_artifacts" / "acme--r" / ("a" * 40))
+    waiting, holding, release = threading.Event(), threading.Event(), threading.Event()
+
+    def wait() -> None:
+        waiting.set()
+
+    def download() -> None:
+        with file_lock(copy, volumes, on_wait=wait, poll=0.01):
+            holding.set()
+            release.wait(30)
+
+    def busy() -> None:
+        raise CleanupError("held")
+
+    with file_lock(copy, volumes, on_wait=busy) as lock:
+        waiter = threading.Thread(target=download)
+        waiter.start()
+        assert waiting.wait(30)
+        lock.discard()
+    try:
+        assert holding.wait(30)
+        with pytest.raises(CleanupError, match="held"):
+            with file_lock(copy, volumes, on_wait=busy):
+                pass
+    finally:
+        release.set()
+        waiter.join(30)
+    with file_lock(copy, volumes, on_wait=busy):  # free again, at its name
+        pass
+
+
+@pytest.mark.parametrize("planted", ["another user's empty directory", "a link", "a file"])
+def test_only_an_empty_repository_directory_of_its_own_is_removed_after_a_collection(tmp_path, planted):
+    """What stands at a collected copy's repository directory on an owner's shelf (`_artifacts.1000`) is not
+    weightkeeper's or its owner's: an empty directory of uid 2000, a link, a file. It is left as it is."""
+    from weightkeeper.fsops import remove_repo_dir
+    from weightkeeper.guard import VolumeRule
+
+    repo = tmp_path / "models" / "_artifacts.1000" / "acme--r"
+    repo.parent.mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    if planted == "a link":
+        repo.symlink_to(tmp_path / "elsewhere")
+    elif planted == "a file":
+        repo.write_bytes(b"theirs")
+    else:
+        repo.mkdir()
+        os.chown(repo, 2000, 2000)
+    assert remove_repo_dir(str(repo / ("a" * 40)), [VolumeRule(str(tmp_path))]) is False
+    assert os.path.lexists(repo) and (tmp_path / "elsewhere").is_dir()
+    if planted == "another user's empty directory":
+        os.chown(repo, 1000, 1000)  # the shelf's owner's own: theirs to have made, empty, removed
+        assert remove_repo_dir(str(repo / ("a" * 40)), [VolumeRule(str(tmp_path))]) is True and not repo.exists()
+
+
+def test_a_copy_is_made_again_when_a_collection_removed_its_repositorys_directory_meanwhile(wk, hub, monkeypatch):
+    """Garbage collection removes a repository's directory once its last copy is gone, as a download of another commit
+    of that repository is about to make its copy there: the download makes the directory again and ends Ready."""
+    import weightkeeper.fsops as fsops
+
+    commit = hub.add_repo("acme/remade", tiny_files("remade"))
+    made, raced = fsops.own_directory, []
+
+    def collected_meanwhile(parent, name, *args, **kwargs):
+        if not raced:
+            raced.append(parent.where)
+            os.rmdir(parent.where)  # the empty repository directory, as `remove_repo_dir` removes it
+        return made(parent, name, *args, **kwargs)
+
+    monkeypatch.setattr(fsops, "own_directory", collected_meanwhile)
+    wk.declare("remade", "hf://acme/remade", workspaces=["team-a"], download_policy="reuse-if-exists")
+    assert ensure_model("remade") == "Ready"
+    assert raced == [str(shared_dir(wk, "acme--remade", commit).parent)]
+    assert fetched_files(str(shared_dir(wk, "acme--remade", commit)))
 
 
 def test_concurrent_creators_download_exactly_once(wk, hub):

@@ -421,7 +421,8 @@ def test_create_refuses_a_name_taken_by_a_model_the_caller_cannot_see_without_sa
         assert r.json()["message"] != taken["message"], r.text
     assert api.create("alice-public", "hf://acme/open", workspaces=["team-a"]).status_code == 201
     r = api.create("alice-public", "hf://acme/anything", "bob", workspaces=["team-a"])  # one bob sees: said as is
-    assert (r.status_code, r.json()) == (409, {"code": "AlreadyExists", "message": "model 'alice-public' already exists"})
+    assert (r.status_code, r.json()) == (409, {"code": "AlreadyExists", "message": "model 'alice-public' already "
+                                               "exists; choose another name, or delete that model first"})
 
 
 def test_a_run_key_is_bound_to_the_model_declared_even_where_its_id_is_reused(api):

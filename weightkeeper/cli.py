@@ -9,6 +9,7 @@ import getpass
 import json
 import logging
 import os
+import re
 import select
 import subprocess
 import sys
@@ -355,6 +356,45 @@ def cmd_run(args, settings: Settings) -> int:
     return 0
 
 
+BLOCK_NAME = re.compile(r"[a-z0-9-]+")  # what Prefect accepts as a block's name
+SECRET_BYTES = 64 << 10
+
+
+def _block_name(value: str) -> str:
+    if not BLOCK_NAME.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a Prefect block name (lowercase letters, digits and "
+                                         "dashes, e.g. hf-token)")
+    return value
+
+
+def _read_secret(name: str) -> str:
+    """The secret, without its line end: typed at a prompt that does not echo it, or piped on stdin."""
+    if sys.stdin.isatty():
+        value = getpass.getpass(f"value of the Secret block {name!r} (not shown): ")
+    else:
+        value = sys.stdin.read(SECRET_BYTES + 1)
+        if len(value) > SECRET_BYTES:
+            raise InvalidInputError(f"the value on stdin is longer than {SECRET_BYTES} characters: not a token")
+    value = value.strip("\r\n")
+    if not value or "\n" in value:
+        raise InvalidInputError("give the token as one line on stdin (e.g. `weightkeeper secret set "
+                                f"{name} < token-file`), or type it at the prompt")
+    return value
+
+
+def cmd_secret_set(args, settings: Settings) -> int:
+    """Save a Hugging Face token as a Prefect Secret block on the Prefect server this weightkeeper uses (without
+    PREFECT_API_URL, the one it starts under its home, where `prefect block create` run by hand would not reach)."""
+    from prefect.blocks.system import Secret
+
+    value = _read_secret(args.name)
+    with prefect_api(settings.home):
+        Secret(value=value).save(args.name, overwrite=True)
+    console.print(f"saved the Prefect Secret block {args.name!r}; models name it with --token-block {args.name} "
+                  "(the API's tokenBlock)")
+    return 0
+
+
 def cmd_reconcile(args, settings: Settings) -> int:
     """One reconcile pass here, or (with --every) a Prefect deployment served on that interval."""
     from weightkeeper.flows.reconcile import reconcile
@@ -473,6 +513,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--wait", action="store_true", help="run here until the model is released")
     p.set_defaults(func=cmd_model_delete)
+
+    secret = sub.add_parser("secret", help="Hugging Face tokens, as Prefect Secret blocks").add_subparsers(
+        dest="action", required=True)
+    p = secret.add_parser("set", help="save a token as a Secret block (read from stdin, or typed at a prompt that "
+                                      "does not show it); replaces one of that name")
+    p.add_argument("name", type=_block_name)
+    p.set_defaults(func=cmd_secret_set)
 
     p = sub.add_parser("reconcile", help="verify every copy, repair damage, collect unused shared copies")
     p.add_argument("--every", type=_positive, metavar="SECONDS", help="serve it as a scheduled deployment instead")

@@ -38,8 +38,8 @@ def load_token(block: str | None) -> str | None:
     try:
         return Secret.load(block).get()
     except (ValueError, ObjectNotFound) as e:
-        raise DownloadError(f"cannot load token block {block!r}: {e}; create it with "
-                            "`prefect block create secret` or the Prefect UI", permanent=True) from None
+        raise DownloadError(f"cannot load token block {block!r}: {e}; create it with `weightkeeper secret set "
+                            f"{block}` (it reads the token from stdin) or the Prefect UI", permanent=True) from None
 
 
 def load_s3_credentials(block: str | None) -> dict | None:

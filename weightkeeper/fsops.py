@@ -21,6 +21,7 @@ from weightkeeper.layout import is_artifacts_dir
 
 LINK, LEGACY = "link", "legacy"
 SHOWN_ENTRIES = 5
+MAKE_ATTEMPTS = 3  # for a shared copy whose repository's directory a collection removes as it is made
 
 
 def made_here(d: Dir, made: str | None) -> bool:
@@ -124,8 +125,30 @@ def own_copy(path: str, volumes: Iterable[VolumeRule], made: str | None) -> tupl
     The two directories above it (`_artifacts[.<uid>]/<repo dir>`) must be this process's, or the uid's its shelf
     names, and shut to others (`Dir.shut_to_others`): whoever else could write there could swap the copy for a
     link to files of theirs."""
-    with _shelf(path, volumes, create=True) as (parent, name):
-        return own_directory(parent, name, path, made, COPY_REMEDY)
+    for attempt in range(MAKE_ATTEMPTS):
+        try:
+            with _shelf(path, volumes, create=True) as (parent, name):
+                return own_directory(parent, name, path, made, COPY_REMEDY)
+        except FileNotFoundError:  # the repository's directory, empty, went with its last other copy: made again
+            if attempt == MAKE_ATTEMPTS - 1:
+                raise
+
+
+def remove_repo_dir(path: str, volumes: Iterable[VolumeRule]) -> bool:
+    """Remove the directory that held the collected shared copy at `path` (`_artifacts[.<uid>]/<repo dir>`) once it
+    holds nothing else: only ever an empty directory, and only one this process or the shelf's uid made. True when it
+    went; a copy made there meanwhile keeps it (and `own_copy` makes it again if that copy came a moment late)."""
+    volume = check_removable(path, volumes, artifact=True)
+    models, artifacts, repo, _ = volume_of(path, [volume])[1].split("/")
+    try:
+        with Dir.root(volume.root) as root, root.descend(f"{models}/{artifacts}") as shelf:
+            st = shelf.lstat(repo)
+            if st is None or not stat.S_ISDIR(st.st_mode) or not (st.st_uid == shelf_uid(path) or
+                                                                  shelf.mine(st.st_uid)):
+                return False
+            return shelf.rmdir_if(repo, st)
+    except (OSError, UnsafePathError):
+        return False
 
 
 def shelf_problem(path: str, volumes: Iterable[VolumeRule]) -> str | None:

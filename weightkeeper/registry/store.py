@@ -466,7 +466,8 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
                     raise ConflictError(f"the name {spec.name!r} is taken; choose another", "AlreadyExists")
                 if existing.phase == DELETING:
                     raise ConflictError(f"model {spec.name!r} is still being deleted; create it again once it is released", "ResourceProcessing")
-                raise ConflictError(f"model {spec.name!r} already exists", "AlreadyExists")
+                raise ConflictError(f"model {spec.name!r} already exists; choose another name, or delete "
+                                    "that model first", "AlreadyExists")
             self._refuse_nested(s, plan.paths, spec, None if names_others else spec.owner_name)
 
             def who(holder: str) -> str:  # another owner's model is named only where `names_others`
@@ -484,8 +485,8 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
                     taken.append((p, holder))
             if plan.paths and len(taken) == len(plan.paths):
                 p, holder = taken[0]
-                raise ConflictError(f"{who(holder)} already owns {p.path} in workspace {p.workspace!r}",
-                                    "AlreadyExists")
+                raise ConflictError(f"{who(holder)} already owns {p.path} in workspace {p.workspace!r}; give this "
+                                    "model another subpath", "AlreadyExists")
             self._check_capacity(s, spec, plan, workspaces)
             row = ModelRow(
                 name=spec.name, owner_name=spec.owner_name, owner_uid=spec.owner_uid, source=spec.source,
@@ -503,7 +504,8 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
             try:
                 s.flush()
             except IntegrityError:
-                raise ConflictError(f"model {spec.name!r} already exists", "AlreadyExists") from None
+                raise ConflictError(f"model {spec.name!r} already exists; choose another name, or delete "
+                                    "that model first", "AlreadyExists") from None
             return _view(row)
 
     def _check_capacity(self, s: Session, spec: ModelSpec, plan: Plan, workspaces: Sequence[Workspace]) -> None:
