@@ -286,7 +286,7 @@ def collect_shared_copy(artifact_id: int) -> str:
         raise CleanupError(f"another process holds the lock on {artifact.path}")
 
     try:
-        with file_lock(artifact.path, settings.volume_rules, on_wait=busy) as lock:
+        with file_lock(artifact.path, settings.volume_rules, on_wait=busy):
             links = links_into(artifact.path, settings.volume_rules)
             if registry.get_artifact(artifact_id).in_use or links:
                 registry.set_artifact(artifact_id, holder, artifact.state, f"kept: linked from {', '.join(links)}"
@@ -307,8 +307,7 @@ def collect_shared_copy(artifact_id: int) -> str:
                 done = "forgotten"
             if not registry.delete_artifact(artifact_id):
                 raise CleanupError(f"a model linked to {artifact.path} while it was being collected")
-            lock.discard()  # no file of the copy is left behind: its lock, and its repository's directory if empty
-            remove_repo_dir(artifact.path, settings.volume_rules)
+            remove_repo_dir(artifact.path, settings.volume_rules)  # once empty (its lock file stays: `file_lock`)
     except (CleanupError, UnsafePathError, OSError) as e:  # OSError: its lock, on a shelf this process may not enter
         why = f"{e.filename or artifact.path}: {e.strerror}" if isinstance(e, OSError) and e.strerror else str(e)
         registry.set_artifact(artifact_id, holder, artifact.state, f"cannot collect: {why}", release=True)

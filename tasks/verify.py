@@ -273,13 +273,13 @@ def _repair_shared_copy(settings, registry: Registry, artifact, files, problems,
         registry.set_users(artifact.id, FAILED, waits)
         logger.warning("repair of %s postponed: %s", artifact.path, e)
         return "postponed"
-    except (DownloadError, UnsafePathError) as e:
+    except (DownloadError, UnsafePathError, OSError) as e:  # OSError: the volume's own (I/O, permissions)
         since = artifact.unreachable_since or utcnow()
         down_for = (utcnow() - since).total_seconds()
         if getattr(e, "permanent", True) or down_for >= settings.hub_unreachable_seconds:
             final = f"repair of shared copy {artifact.path} failed: {e} (for {down_for:.0f}s)"
             registry.set_artifact(artifact.id, holder, A_FAILED, final, unreachable_since=since, release=True)
-            others = final if isinstance(e, UnsafePathError) else (  # the copy's own directories: anyone's concern
+            others = final if isinstance(e, (UnsafePathError, OSError)) else (  # the copy's own: anyone's concern
                 f"repair of shared copy {artifact.path} failed: its files could not be fetched again from where "
                 f"another user's model gets them (for {down_for:.0f}s); the next pass tries again")
             registry.set_users(artifact.id, FAILED, others, {source.owner_name: final})  # its source: its owner's

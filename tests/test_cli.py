@@ -409,20 +409,45 @@ def test_a_token_saved_with_secret_set_downloads_a_private_model_and_is_never_sh
     token = "hf_CLIsecretSET1234567890"
     hub.add_repo("acme/cli-private", tiny_files("cli-private"), private=True, token=token)
 
-    def secret_set(name: str, given: str) -> subprocess.CompletedProcess:
+    def secret_set(*args: str, given: str) -> subprocess.CompletedProcess:
         env = {**os.environ, "WEIGHTKEEPER_CONFIG": str(wk.config)}
-        return subprocess.run([sys.executable, "-m", "weightkeeper.cli", "secret", "set", name], input=given, env=env,
+        return subprocess.run([sys.executable, "-m", "weightkeeper.cli", "secret", "set", *args], input=given, env=env,
                               capture_output=True, text=True, timeout=300)
 
-    saved = secret_set("hf-cli-token", token + "\n")
+    saved = secret_set("hf-cli-token", given=f"  {token} \n")  # as pasted: the spaces and line end go
     assert saved.returncode == 0 and "--token-block hf-cli-token" in saved.stdout, saved.stderr
     out = cli(wk, "model", "create", "cli-private", "--source", "hf://acme/cli-private", "--workspace", "team-a",
               "--token-block", "hf-cli-token", "--wait")
     assert "Ready" in out.stdout and token not in saved.stdout + saved.stderr + out.stdout + out.stderr
     assert token not in json.dumps(wk.registry.get_model("cli-private").to_json())
     for name, given, message in [("HF_Token", token, "'HF_Token' is not a Prefect block name"),
-                                 ("hf-empty", "\n", "give the token as one line on stdin"),
-                                 ("hf-two-lines", f"{token}\nsecond\n", "give the token as one line on stdin")]:
-        refused = secret_set(name, given)
+                                 ("hf-empty", "\n", "give the token as one line without spaces"),
+                                 ("hf-two-lines", f"{token}\nsecond\n", "give the token as one line without spaces"),
+                                 ("hf-spaced", f"{token} {token}\n", "give the token as one line without spaces"),
+                                 (f"hf-argument {token}", "", "the token is never an argument")]:
+        refused = secret_set(*name.split(" "), given=given)
         assert refused.returncode == 2 and message in refused.stderr, refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1 and token not in refused.stderr + refused.stdout
+
+
+def test_a_secret_the_prefect_server_refuses_is_never_quoted_back(wk, monkeypatch, capsys):
+    """Prefect's server answers a request it cannot validate with a 422 whose body quotes the request, the token
+    with it, and Prefect's client puts that body in its error: the line printed names the answer's status only."""
+    import httpx
+    from prefect.blocks.system import Secret
+
+    from weightkeeper.cli import main
+
+    token = "hf_QUOTEDback1234567890"
+
+    def refused(self, name, overwrite=False):
+        request = httpx.Request("POST", "http://prefect/api/block_documents/")
+        raise httpx.HTTPStatusError(f"Client error '422' Response: {{'request_body': {{'value': '{token}'}}}}",
+                                    request=request, response=httpx.Response(422, request=request))
+
+    monkeypatch.setattr(Secret, "save", refused)
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO(token + "\n"))
+    monkeypatch.setenv("WEIGHTKEEPER_CONFIG", str(wk.config))
+    assert main(["secret", "set", "hf-refused"]) == 1
+    out = capsys.readouterr()
+    assert "did not save the Secret block 'hf-refused' (HTTP 422)" in out.err and token not in out.err + out.out

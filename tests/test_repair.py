@@ -132,3 +132,34 @@ def test_a_workspace_renamed_in_the_config_keeps_the_files_and_says_what_to_do(w
     assert "declare 'team-a' again" in model.message
     wk.rewrite(hf_endpoint=hub.url)
     assert delete_model(name) == "Released" and not path.exists()
+
+
+def test_a_repair_the_volume_refuses_fails_the_copy_lets_it_go_and_the_next_pass_repairs_it(wk, hub, monkeypatch):
+    """The volume answers the repair with an I/O error: the copy is Failed with that error, its lease let go (not held
+    by a task that died until it lapses), its users say why; once the volume answers again, the next pass repairs it."""
+    import errno
+
+    from weightkeeper.tasks import verify
+
+    files = tiny_files("eio-repair")
+    commit = hub.add_repo("acme/eio-repair", files)
+    wk.declare("eio-repair", "hf://acme/eio-repair", workspaces=["team-a"], download_policy="reuse-if-exists")
+    wk.declare("eio-bob", "hf://acme/eio-repair", workspaces=["team-a"], subpath="models/eio-bob",
+               download_policy="reuse-if-exists", owner_name="bob", owner_uid=1001)
+    assert ensure_model("eio-repair") == "Ready" and ensure_model("eio-bob") == "Ready"
+    copy = shared_dir(wk, "acme--eio-repair", commit)
+    os.truncate(copy / SHARD, 10)
+
+    def refused(path, *args, **kwargs):
+        raise OSError(errno.EIO, os.strerror(errno.EIO), path)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(verify, "own_copy", refused)
+        assert reconcile()[str(copy)] == "failed"
+    (artifact,) = wk.registry.list_artifacts()
+    assert artifact.state == "Failed" and artifact.lease is None and "Input/output error" in artifact.message
+    for name in ("eio-repair", "eio-bob"):  # the volume's error is each user's concern, said as it is
+        model = wk.registry.get_model(name)
+        assert model.phase == "Failed" and "Input/output error" in model.message, model.message
+    assert reconcile()[str(copy)] == "repaired" and (copy / SHARD).read_bytes() == files[SHARD]
+    assert [wk.registry.get_model(n).phase for n in ("eio-repair", "eio-bob")] == ["Ready", "Ready"]

@@ -49,9 +49,7 @@ def test_two_models_share_one_copy_and_it_goes_with_the_last(wk, hub):
     assert delete_model("one") == "Released"
     assert not os.path.lexists(one.path) and copy.is_dir() and fetched_files(two.path)
     assert delete_model("two") == "Released"
-    locks = copy.parent.parent / ".locks"
     assert not os.path.lexists(two.path) and not copy.parent.exists() and copy.parent.parent.is_dir()
-    assert list(locks.iterdir()) == []  # neither its lock nor its repository's directory is left behind
     assert wk.registry.list_artifacts() == []
 
     hub.reset_stats()
@@ -60,9 +58,10 @@ def test_two_models_share_one_copy_and_it_goes_with_the_last(wk, hub):
     assert hub.get_count("acme/share") == FILES_FETCHED  # a fresh download: the copy was gone
 
 
-def test_a_repositorys_directory_goes_with_its_last_copy_and_its_lock_with_each(wk, hub):
-    """Two commits of one repository, each the copy of a model: collecting one removes its copy and its lock, and
-    keeps the repository's directory (the other is in it); collecting the last removes that directory too."""
+def test_a_repositorys_directory_goes_with_its_last_copy(wk, hub):
+    """Two commits of one repository, each the copy of a model: collecting one removes its copy and keeps the
+    repository's directory (the other is in it); collecting the last removes that directory too. Their lock files
+    stay (`file_lock`)."""
     old = hub.add_repo("acme/two-commits", tiny_files("two-commits"), revision="v1")
     new = hub.add_repo("acme/two-commits", tiny_files("two-commits-b"), revision="v2")
     for name, revision in (("first", "v1"), ("second", "v2")):
@@ -70,54 +69,13 @@ def test_a_repositorys_directory_goes_with_its_last_copy_and_its_lock_with_each(
                    download_policy="reuse-if-exists")
         assert ensure_model(name) == "Ready"
     repo = shared_dir(wk, "acme--two-commits", old).parent
-    locks = repo.parent / ".locks"
     assert sorted(p.name for p in repo.iterdir()) == sorted([old, new])
     assert delete_model("first") == "Released"
-    assert [p.name for p in repo.iterdir()] == [new] and [p.name for p in locks.iterdir()] == [
-        f"acme--two-commits--{new}.lock"]
+    assert [p.name for p in repo.iterdir()] == [new]
     assert delete_model("second") == "Released"
-    assert not repo.exists() and list(locks.iterdir()) == [] and repo.parent.is_dir()
-
-
-def test_a_lock_discarded_while_another_waits_for_it_is_taken_again_at_its_name(tmp_path):
-    """A collection removes a copy's lock file while it holds it, as a download waits for that lock: the download,
-    once it has the lock, holds it at its name (a new file), so a third process that opens the name now waits too,
-    instead of both holding `flock`s on different files."""
-    import threading
-
-    from weightkeeper.errors import CleanupError
-    from weightkeeper.guard import VolumeRule
-    from weightkeeper.sharing import file_lock
-
-    volumes, copy = [VolumeRule(str(tmp_path))], str(tmp_path / "models" / "_artifacts" / "acme--r" / ("a" * 40))
-    waiting, holding, release = threading.Event(), threading.Event(), threading.Event()
-
-    def wait() -> None:
-        waiting.set()
-
-    def download() -> None:
-        with file_lock(copy, volumes, on_wait=wait, poll=0.01):
-            holding.set()
-            release.wait(30)
-
-    def busy() -> None:
-        raise CleanupError("held")
-
-    with file_lock(copy, volumes, on_wait=busy) as lock:
-        waiter = threading.Thread(target=download)
-        waiter.start()
-        assert waiting.wait(30)
-        lock.discard()
-    try:
-        assert holding.wait(30)
-        with pytest.raises(CleanupError, match="held"):
-            with file_lock(copy, volumes, on_wait=busy):
-                pass
-    finally:
-        release.set()
-        waiter.join(30)
-    with file_lock(copy, volumes, on_wait=busy):  # free again, at its name
-        pass
+    assert not repo.exists() and repo.parent.is_dir() and wk.registry.list_artifacts() == []
+    assert sorted(p.name for p in (repo.parent / ".locks").iterdir()) == sorted(
+        f"acme--two-commits--{c}.lock" for c in (old, new))
 
 
 @pytest.mark.parametrize("planted", ["another user's empty directory", "a link", "a file"])

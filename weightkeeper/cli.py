@@ -375,9 +375,9 @@ def _read_secret(name: str) -> str:
         value = sys.stdin.read(SECRET_BYTES + 1)
         if len(value) > SECRET_BYTES:
             raise InvalidInputError(f"the value on stdin is longer than {SECRET_BYTES} characters: not a token")
-    value = value.strip("\r\n")
-    if not value or "\n" in value:
-        raise InvalidInputError("give the token as one line on stdin (e.g. `weightkeeper secret set "
+    value = value.strip()
+    if not value or len(value.split()) > 1:
+        raise InvalidInputError("give the token as one line without spaces on stdin (e.g. `weightkeeper secret set "
                                 f"{name} < token-file`), or type it at the prompt")
     return value
 
@@ -387,9 +387,20 @@ def cmd_secret_set(args, settings: Settings) -> int:
     PREFECT_API_URL, the one it starts under its home, where `prefect block create` run by hand would not reach)."""
     from prefect.blocks.system import Secret
 
+    import httpx
+
+    if args.value is not None:
+        raise InvalidInputError("the token is never an argument (it would stay in the shell's history and the process "
+                                f"list): `weightkeeper secret set {args.name} < token-file`, or type it at the prompt")
     value = _read_secret(args.name)
-    with prefect_api(settings.home):
-        Secret(value=value).save(args.name, overwrite=True)
+    with prefect_api(settings.home) as url:
+        try:
+            Secret(value=value).save(args.name, overwrite=True)
+        except httpx.HTTPError as e:  # not its message: a 422's body quotes the request, the token with it
+            status = getattr(getattr(e, "response", None), "status_code", None)
+            raise WeightkeeperError(f"the Prefect server at {url} did not save the Secret block {args.name!r} "
+                                    f"({f'HTTP {status}' if status else type(e).__name__}); check its log and "
+                                    "PREFECT_API_AUTH_STRING, then run this again") from None
     console.print(f"saved the Prefect Secret block {args.name!r}; models name it with --token-block {args.name} "
                   "(the API's tokenBlock)")
     return 0
@@ -519,6 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = secret.add_parser("set", help="save a token as a Secret block (read from stdin, or typed at a prompt that "
                                       "does not show it); replaces one of that name")
     p.add_argument("name", type=_block_name)
+    p.add_argument("value", nargs="?", help=argparse.SUPPRESS)  # refused, without being shown
     p.set_defaults(func=cmd_secret_set)
 
     p = sub.add_parser("reconcile", help="verify every copy, repair damage, collect unused shared copies")

@@ -7,6 +7,7 @@ entries recorded before that was kept, or None when nothing was made yet. Remova
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 import stat
@@ -129,8 +130,8 @@ def own_copy(path: str, volumes: Iterable[VolumeRule], made: str | None) -> tupl
         try:
             with _shelf(path, volumes, create=True) as (parent, name):
                 return own_directory(parent, name, path, made, COPY_REMEDY)
-        except FileNotFoundError:  # the repository's directory, empty, went with its last other copy: made again
-            if attempt == MAKE_ATTEMPTS - 1:
+        except OSError as e:  # the repository's directory, empty, went with its last other copy: made again
+            if e.errno not in (errno.ENOENT, errno.ESTALE) or attempt == MAKE_ATTEMPTS - 1:
                 raise
 
 
@@ -138,9 +139,9 @@ def remove_repo_dir(path: str, volumes: Iterable[VolumeRule]) -> bool:
     """Remove the directory that held the collected shared copy at `path` (`_artifacts[.<uid>]/<repo dir>`) once it
     holds nothing else: only ever an empty directory, and only one this process or the shelf's uid made. True when it
     went; a copy made there meanwhile keeps it (and `own_copy` makes it again if that copy came a moment late)."""
-    volume = check_removable(path, volumes, artifact=True)
-    models, artifacts, repo, _ = volume_of(path, [volume])[1].split("/")
     try:
+        volume = check_removable(path, volumes, artifact=True)
+        models, artifacts, repo, _ = volume_of(path, [volume])[1].split("/")
         with Dir.root(volume.root) as root, root.descend(f"{models}/{artifacts}") as shelf:
             st = shelf.lstat(repo)
             if st is None or not stat.S_ISDIR(st.st_mode) or not (st.st_uid == shelf_uid(path) or

@@ -60,46 +60,30 @@ def _private(d: Dir, fd: int, where: str, owner: int | None) -> None:
         os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o700)
 
 
-class HeldLock:
-    """A copy's lock while it is held: `discard` removes its file (the copy is gone), still held."""
-
-    def __init__(self, locks: Dir, name: str):
-        self._locks, self._name = locks, name
-
-    def discard(self) -> None:
-        self._locks.unlink(self._name)
-
-
 @contextmanager
 def file_lock(artifact: str, volumes: Iterable[VolumeRule], on_wait: Callable[[], None],
-              poll: float = 1.0) -> Iterator[HeldLock]:
+              poll: float = 1.0) -> Iterator[None]:
     """An exclusive `flock` on `<models root>/_artifacts[.<uid>]/.locks/<repo dir>--<commit>.lock`, for processes on
     hosts that share the volume. The kernel drops it when its holder dies; `on_wait` runs while another
-    holder has it (and may raise to give up). Only its maker may open `.locks` and the lock (`_private`). A lock
-    taken on a file its holder discarded meanwhile (`HeldLock.discard`: no longer at its name, so whoever opens the
-    name next gets another) is let go and the lock taken again, at its name."""
+    holder has it (and may raise to give up). Only its maker may open `.locks` and the lock (`_private`)."""
     volume, relative = volume_of(artifact, volumes)
     artifacts, repo_dir, commit = relative.rsplit("/", 2)
     owner, name = shelf_uid(artifact), f"{repo_dir}--{commit}.lock"
     with open_under(volume.root, artifacts, create=True) as shelf, shelf.descend(LOCKS_DIR, True, 0o700) as locks:
         _private(shelf, locks.fd, locks.where, owner)
-        while True:
-            fd = locks.open_regular(name, os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                _private(locks, fd, locks.path(name), owner)
-                while True:
-                    try:
-                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                        break
-                    except BlockingIOError:
-                        on_wait()
-                        time.sleep(poll)
-                held, now = os.fstat(fd), locks.lstat(name)
-                if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
-                    yield HeldLock(locks, name)
-                    return
-            finally:
-                os.close(fd)
+        fd = locks.open_regular(name, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            _private(locks, fd, locks.path(name), owner)
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    on_wait()
+                    time.sleep(poll)
+            yield
+        finally:
+            os.close(fd)
 
 
 def links_into(artifact: str, volumes: Iterable[VolumeRule]) -> list[str]:
