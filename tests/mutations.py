@@ -1712,6 +1712,15 @@ MUTATIONS = {
     "repair-volume-error-blamed-on-the-source": (
         "tasks/verify.py", "            others = final if isinstance(e, (UnsafePathError, OSError)) else (",
         "            others = final if isinstance(e, UnsafePathError) else (", "tests/test_repair.py::test_a_repair_the_volume_refuses_fails_the_copy_lets_it_go_and_the_next_pass_repairs_it"),
+    "patterns-matched-whatever-they-cost": (
+        "weightkeeper/planning.py", "    if matching_cost(files, patterns) > MATCH_BUDGET:",
+        "    if False:", "tests/test_patterns.py::test_patterns_a_listing_of_long_names_makes_costly_are_refused_before_any_matching tests/test_patterns.py::test_a_repository_listing_names_too_long_to_match_fails_the_model_saying_why"),
+    "pattern-wildcards-unbounded": (
+        "weightkeeper/layout.py", "        if sum(map(p.count, \"*?[\")) > MAX_WILDCARDS:",
+        "        if False:", "tests/test_patterns.py::test_pattern_lists_are_bounded_and_deduplicated"),
+    "content-length-digits-unbounded": (
+        "weightkeeper/api.py", "(len(declared) > 12 or int(declared) > MAX_BODY_BYTES)",
+        "(int(declared) > MAX_BODY_BYTES)", "tests/test_api.py::test_a_content_length_of_thousands_of_digits_answers_413_not_500"),
 }
 
 

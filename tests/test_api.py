@@ -103,6 +103,29 @@ def test_a_body_too_big_is_refused_before_it_is_parsed_or_its_sender_checked(ser
     assert r.status_code == 422 and "source" in r.json()["message"]
 
 
+def test_a_content_length_of_thousands_of_digits_answers_413_not_500():
+    """Behind a proxy or ASGI server that passes it on (uvicorn's h11 refuses it itself), a Content-Length of 5,000
+    digits, past the digits Python converts to an int, is a body too big like any other: 413, never a 500."""
+    import asyncio
+
+    from weightkeeper.api import BodyLimit
+
+    sent = []
+
+    async def app(scope, receive, send):
+        raise AssertionError("the body was handed on")
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/api/v1/models", "headers": [(b"content-length", b"9" * 5000)]}
+    asyncio.run(BodyLimit(app)(scope, receive, send))
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 413
+
+
 def test_refused_requests(served, hub):
     hub.add_repo("acme/api-auth", tiny_files("api-auth"))
     assert served.api.get("/api/v1/models").status_code == 401

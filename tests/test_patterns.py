@@ -70,6 +70,29 @@ def test_pattern_lists_are_bounded_and_deduplicated():
         validate_patterns([], "--include")  # it would match nothing
     assert validate_patterns(["*.gguf", "*.gguf", "a/*.json"], "--include") == ["*.gguf", "a/*.json"]
     assert validate_patterns(None, "--include") is None
+    assert validate_patterns(["*" + "?" * 14 + "[ab].gguf"], "--include")  # 16 wildcards
+    with pytest.raises(InvalidInputError, match=r"at most 16 wildcards \(\*, \?, \[\) per pattern"):
+        validate_patterns(["*" + "?" * 250 + "Z"], "--exclude")
+
+
+def test_patterns_a_listing_of_long_names_makes_costly_are_refused_before_any_matching():
+    """A user's patterns, each within its bounds, against what a repository (or S3 prefix) of theirs lists: names of
+    1,000 characters. Matched, 100 such names took 1.2 s of CPU, 1,000 of them 12 s, per declaration and per head
+    check, with the API or a worker busy meanwhile. The selection is refused at once, saying why and what to do;
+    the most patterns against a real listing of the most files (100,000) are still matched."""
+    from weightkeeper.layout import MAX_WILDCARDS
+    from weightkeeper.planning import MATCH_BUDGET, matching_cost
+
+    costly = ["*" + "?" * (MAX_WILDCARDS - 1) + f"{i}" for i in range(32)]
+    names = [f"{'x' * 250}/{'y' * 250}/{'z' * 250}/{'w' * 230}{i:05d}.safetensors" for i in range(1000)]
+    with pytest.raises(DownloadError, match="64 file patterns against the 1000 files the repository lists .* costs too "
+                                            r"much: give fewer patterns with fewer wildcards \(\*, \?, \[\)") as e:
+        select_files(names, costly, costly)
+    assert e.value.permanent
+    real = [f"layer_{i // 100}/model-{i:05d}-of-99999.{('safetensors', 'json', 'bin')[i % 3]}" for i in range(100_000)]
+    many = [f"*{i}*.safe*" for i in range(32)], [f"layer_{i}*/*.bin" for i in range(32)]
+    assert matching_cost(real, [*many[0], *many[1]]) < MATCH_BUDGET
+    assert len(select_files(real, *many)) > 0 and select_files(real)
 
 
 def test_each_selection_of_a_commit_has_its_own_copy_name():
@@ -113,6 +136,20 @@ def test_a_pattern_matching_nothing_fails_the_model_naming_the_files(wk, hub):
     assert "acme/nothing" in model.message and "match no weight file" in model.message
     assert "'model-00001-of-00002.safetensors'" in model.message
     assert not os.path.lexists(model.local_paths[0].path)  # nothing written
+
+
+def test_a_repository_listing_names_too_long_to_match_fails_the_model_saying_why(wk, hub):
+    """A Hub repository of the user's lists 2,000 files with names of 600 characters: matching the model's patterns
+    against it would cost too much, so the model fails at once, saying why and what to do, and nothing is written."""
+    files = {f"{'d' * 200}/{'e' * 200}/{'f' * 180}-{i:05d}.safetensors": b"x" for i in range(2000)}
+    hub.add_repo("acme/long-names", files)
+    costly = [f"*{'?' * 14}{i}*" for i in range(32)]  # 16 wildcards each, the most a pattern may have
+    wk.declare("long-names", "hf://acme/long-names", workspaces=["team-a"], include=costly,
+               exclude=[p + "x" for p in costly])
+    assert ensure_model("long-names") == "Failed"
+    model = wk.registry.get_model("long-names")
+    assert "files the repository lists" in model.message and "costs too much" in model.message, model.message
+    assert not os.path.lexists(model.local_paths[0].path)
 
 
 def test_shared_copies_are_kept_apart_by_selection(wk, hub):

@@ -94,7 +94,7 @@ class BodyLimit:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = dict(scope["headers"]).get(b"content-length", b"0")
-        body, too_big = b"", declared.isdigit() and int(declared) > MAX_BODY_BYTES
+        body, too_big = b"", declared.isdigit() and (len(declared) > 12 or int(declared) > MAX_BODY_BYTES)
         more = not too_big
         while more:
             message = await receive()

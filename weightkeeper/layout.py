@@ -177,6 +177,7 @@ def validate_policy(policy: str | None) -> str:
 
 
 MAX_PATTERNS = 32
+MAX_WILDCARDS = 16  # per pattern: what matching costs grows with them (`planning.matching_cost`)
 
 
 def validate_patterns(patterns: object, flag: str) -> list[str] | None:
@@ -191,6 +192,9 @@ def validate_patterns(patterns: object, flag: str) -> list[str] | None:
         if not isinstance(p, str) or not p or len(p) > 255 or not p.isprintable():
             raise InvalidInputError(f"invalid {flag} pattern {str(p)[:80]!r}: use 1-255 printable characters, "
                                     "e.g. '*Q4_K_M.gguf'")
+        if sum(map(p.count, "*?[")) > MAX_WILDCARDS:
+            raise InvalidInputError(f"invalid {flag} pattern {p[:80]!r}: at most {MAX_WILDCARDS} wildcards (*, ?, [) "
+                                    "per pattern")
         if p.startswith("/") or ".." in p.split("/"):
             raise InvalidInputError(f"invalid {flag} pattern {p[:80]!r}: patterns are relative to the repository "
                                     "(no leading '/', no '..')")

@@ -60,6 +60,8 @@ def plan_paths(
 
 WEIGHTS = ("*.safetensors", *FALLBACK_WEIGHTS, "*.gguf")
 LISTED = 20  # repository files a message names at most
+MATCH_BUDGET = 10**9  # `matching_cost` of a selection at most: about 1 s of matching here (the most patterns
+#                       against a real listing of the most files, 100,000, cost 0.8e9)
 
 
 def _weights(files: Iterable[str]) -> list[str]:
@@ -71,13 +73,27 @@ def _what_it_has(files: list[str]) -> str:
     return f"the repository has {len(files)} files: {shown}" + (", ..." if len(files) > LISTED else "")
 
 
+def matching_cost(files: Sequence[str], patterns: Iterable[str]) -> int:
+    """A bound of what matching `patterns` against `files` costs (`fnmatch`'s work grows with a name's length times a
+    pattern's wildcards): the names' characters times the patterns' wildcards, plus one each."""
+    return sum(map(len, files)) * sum(1 + sum(map(p.count, "*?[")) for p in patterns)
+
+
 def select_files(repo_files: Iterable[str], include: Sequence[str] | None = None,
                  exclude: Sequence[str] | None = None) -> list[str]:
     """The files to fetch. Without `include`: what loading needs, `*.bin`/`*.pth`/`*.pt` only when there are no
     safetensors, nothing under original/. With `include`: exactly the files it matches. Never a file `exclude`
-    matches. The selection must hold a weight file (`WEIGHTS`); if not, the error lists what the repository has."""
+    matches. The selection must hold a weight file (`WEIGHTS`); if not, the error lists what the repository has.
+    A selection that would cost more than MATCH_BUDGET (long names the listing holds, many patterns with many
+    wildcards) is refused before any matching."""
     files = sorted(repo_files)
     ignore = list(exclude or [])
+    patterns = [*(include if include is not None else (*ALLOW_PATTERNS, *FALLBACK_WEIGHTS, *IGNORE_PATTERNS)),
+                *ignore, *WEIGHTS]
+    if matching_cost(files, patterns) > MATCH_BUDGET:
+        raise DownloadError(f"matching {len(patterns) - len(WEIGHTS)} file patterns against the {len(files)} files the "
+                            f"repository lists ({sum(map(len, files))} characters of names) costs too much: give "
+                            "fewer patterns with fewer wildcards (*, ?, [)", permanent=True)
     if include is not None:
         chosen = list(filter_repo_objects(files, allow_patterns=list(include), ignore_patterns=ignore))
         if not _weights(chosen):
