@@ -1721,6 +1721,9 @@ MUTATIONS = {
     "content-length-digits-unbounded": (
         "weightkeeper/api.py", "(len(declared) > 12 or int(declared) > MAX_BODY_BYTES)",
         "(int(declared) > MAX_BODY_BYTES)", "tests/test_api.py::test_a_content_length_of_thousands_of_digits_answers_413_not_500"),
+    "user-quota-unenforced": (
+        "weightkeeper/registry/store.py", "                if held >= max_models:",
+        "                if False:", "tests/test_tenancy.py::test_a_user_holds_at_most_their_max_models_counting_those_being_deleted"),
 }
 
 

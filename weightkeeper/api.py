@@ -250,7 +250,8 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
         model still holds a target path; 409 `AlreadyExists` when the name is taken (by a model the caller may not
         see: only that it is) or live models hold them all; 409
         `InsufficientCapacity` when its size would take a workspace past its `capacity_bytes` (such a model is
-        resolved now to know it: 503 if its source cannot be asked)."""
+        resolved now to know it: 503 if its source cannot be asked); 409 `QuotaExceeded` when the caller already
+        holds their `max_models`."""
         if reason := refusal(caller, body.source, body.tokenBlock):
             raise HTTPException(403, reason)
         received = utcnow()
@@ -260,7 +261,8 @@ def create_app(settings: Settings, registry: Registry | None = None) -> FastAPI:
                               keep_files=body.keepFiles, include=body.include, exclude=body.exclude,
                               track=body.track, names_others=caller.admin,
                               request_key=key and request_key(caller, key, body),
-                              sees=lambda m: visible(m, caller, settings))
+                              sees=lambda m: visible(m, caller, settings),
+                              max_models=None if caller.admin else caller.max_models)
         if model.created_at < received:  # this request repeated: its model as it is now, no run started again
             return {**view(model, caller), "run": _run(None, "a repeat of the request that declared the model")}
         return {**view(model, caller), "run": start(ENSURE_FLOW, model, caller, key)}

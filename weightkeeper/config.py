@@ -41,6 +41,7 @@ The file:
     admin = false
     token_blocks = ["alice-hf"]          # Prefect Secret blocks the user may name (admins: any)
     s3_sources = ["s3://data/alice/"]    # S3 prefixes the user may declare models from (admins: any)
+    max_models = 200                     # models the user may hold at once, Deleting ones too (default: no limit)
     [s3]                                 # optional: stage each snapshot once, fill workspaces from it
     bucket = "weights"
     prefix = "weightkeeper"              # staged at s3://<bucket>/<prefix>/<owner>--<name>/<commit>/
@@ -238,6 +239,7 @@ class User:
     admin: StrictBool = False
     token_blocks: Annotated[tuple[Name, ...], Items] = ()  # Prefect Secret blocks it may name as `tokenBlock`
     s3_sources: Annotated[tuple[S3Prefix, ...], Items] = ()  # `s3://bucket/prefix/` it may use as sources
+    max_models: Annotated[StrictInt, Field(ge=0)] | None = None  # models it may hold at once (None: no limit)
 
     @model_validator(mode="before")
     @classmethod

@@ -52,10 +52,12 @@ def declare_model(settings: Settings, registry: Registry, *, name: str, source: 
                   token_block: str | None = None, download_policy: str | None = None,
                   keep_files: bool = False, include: list[str] | None = None,
                   exclude: list[str] | None = None, track: bool = False, names_others: bool = True,
-                  request_key: str | None = None, sees: Callable[[Model], bool] | None = None) -> Model:
+                  request_key: str | None = None, sees: Callable[[Model], bool] | None = None,
+                  max_models: int | None = None) -> Model:
     """Validate a declaration, plan its paths and record it Pending (`names_others`: a refusal may name another
     owner's model, as it may to an admin; `request_key`: the API request's digest, whose repeat answers with the
-    model it declared; `sees`: which models the declarer may see, None: all)."""
+    model it declared; `sees`: which models the declarer may see, None: all; `max_models`: how many its owner may
+    hold, None: no limit)."""
     validate_model_name(name)
     parsed = parse_source(source)
     if isinstance(parsed, S3Source):
@@ -89,7 +91,7 @@ def declare_model(settings: Settings, registry: Registry, *, name: str, source: 
                      commit=snapshot and snapshot.commit, files=snapshot and [f.to_json() for f in snapshot.files],
                      source_uri=parsed.uri if snapshot and isinstance(parsed, S3Source) else None,
                      request_key=request_key)
-    return registry.create_model(spec, plan, settings.workspaces, names_others, sees)
+    return registry.create_model(spec, plan, settings.workspaces, names_others, sees, max_models)
 
 
 def _tracked_policy(parsed: HfSource | S3Source, policy: str | None) -> str:

@@ -446,7 +446,8 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
             return self._usage(s, workspaces)
 
     def create_model(self, spec: ModelSpec, plan: Plan, workspaces: Sequence[Workspace] = (),
-                     names_others: bool = True, sees: Callable[[Model], bool] | None = None) -> Model:
+                     names_others: bool = True, sees: Callable[[Model], bool] | None = None,
+                     max_models: int | None = None) -> Model:
         """Record a new Pending model with one Pending entry per planned path.
 
         Refused with `ResourceProcessing` while a deleting model still holds a target path, with
@@ -454,7 +455,8 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
         model is the answer; by a model the declarer may not see, `sees`, saying neither whose nor in which
         phase) or live models hold every target path, and with
         `InsufficientCapacity` when its pinned size would take a workspace of `workspaces` past its
-        `capacity_bytes` (decided in the transaction that records it, so two creations never both fit).
+        `capacity_bytes` (decided in the transaction that records it, so two creations never both fit), and with
+        `QuotaExceeded` when its owner already holds `max_models` models (Deleting ones too: until released).
         """
         now = utcnow()
         with self._tx(path_lock=True) as s:
@@ -468,6 +470,13 @@ class Registry(ArtifactOps, RunOps, LeaseOps, ListOps, BudgetOps, MetricOps, Cop
                     raise ConflictError(f"model {spec.name!r} is still being deleted; create it again once it is released", "ResourceProcessing")
                 raise ConflictError(f"model {spec.name!r} already exists; choose another name, or delete "
                                     "that model first", "AlreadyExists")
+            if max_models is not None:
+                held = s.scalar(select(func.count()).select_from(ModelRow)
+                                .where(ModelRow.owner_name == spec.owner_name))
+                if held >= max_models:
+                    raise ConflictError(f"user {spec.owner_name!r} holds {held} models, the most they may "
+                                        f"({max_models}, max_models); delete some first (a model being deleted counts "
+                                        "until it is released)", "QuotaExceeded")
             self._refuse_nested(s, plan.paths, spec, None if names_others else spec.owner_name)
 
             def who(holder: str) -> str:  # another owner's model is named only where `names_others`
