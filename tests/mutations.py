@@ -1680,8 +1680,8 @@ MUTATIONS = {
         "weightkeeper/s3.py", "        _abort_uploads(client, bucket, prefix, uri)\n",
         "", "tests/test_s3.py::test_a_delete_aborts_the_multipart_uploads_a_killed_staging_left_and_no_neighbours"),
     "abort-uploads-outside-the-prefix": (
-        "weightkeeper/s3.py", "isinstance(key, str) and key.startswith(prefix) and isinstance(upload_id, str)",
-        "isinstance(key, str) and isinstance(upload_id, str)", "tests/test_s3.py::test_a_delete_aborts_the_multipart_uploads_a_killed_staging_left_and_no_neighbours"),
+        "weightkeeper/s3.py", "            problem = _key_problem(key, prefix, None, segments=True)\n",
+        "            problem = None\n", "tests/test_s3.py::test_a_delete_aborts_the_multipart_uploads_a_killed_staging_left_and_no_neighbours"),
     "collected-repo-dir-left": (
         "tasks/cleanup.py", "            remove_repo_dir(artifact.path, settings.volume_rules)  # once empty",
         "            pass  # once empty", "tests/test_sharing.py::test_a_repositorys_directory_goes_with_its_last_copy tests/test_sharing.py::test_two_models_share_one_copy_and_it_goes_with_the_last"),
@@ -1724,6 +1724,30 @@ MUTATIONS = {
     "user-quota-unenforced": (
         "weightkeeper/registry/store.py", "                if held >= max_models:",
         "                if False:", "tests/test_tenancy.py::test_a_user_holds_at_most_their_max_models_counting_those_being_deleted"),
+    "s3-errors-hide-no-credentials": (
+        "weightkeeper/s3.py", "    return [s for s in (frozen.access_key, frozen.secret_key, frozen.token) if s] if frozen else []",
+        "    return []", "tests/test_s3_attacks.py::test_credentials_a_server_repeats_however_it_encodes_them_are_never_shown"),
+    "s3-200-answers-repeat-what-was-sent": (
+        "weightkeeper/s3.py", "            for secret in _sent_secrets(request.headers):  # an answer may repeat",
+        "            for secret in []:  # an answer may repeat", "tests/test_s3_attacks.py::test_credentials_a_server_repeats_however_it_encodes_them_are_never_shown"),
+    "s3-signature-looked-for-in-a-repr": (
+        "weightkeeper/s3.py", "        authorization = authorization.decode(\"latin-1\")",
+        "        authorization = str(authorization)", "tests/test_s3_attacks.py::test_credentials_a_server_repeats_however_it_encodes_them_are_never_shown"),
+    "s3-keys-of-any-length": (
+        "weightkeeper/s3.py", "    if len(key.encode(\"utf-8\", \"surrogatepass\")) > KEY_BYTES:",
+        "    if False:", "tests/test_s3_attacks.py::test_keys_longer_than_s3_allows_are_refused_as_they_are_listed"),
+    "paths-of-any-depth": (
+        "weightkeeper/download.py", "    if deep := next((p for p in paths if p.count(\"/\") >= MAX_DEPTH), None):",
+        "    if deep := None:", "tests/test_hub_answers.py::test_names_that_cannot_all_be_written_are_refused"),
+    "collision-folders-by-name-only": (
+        "weightkeeper/download.py", "            parent = folders.setdefault((parent, name), len(folders) + 1)",
+        "            parent = folders.setdefault((0, name), len(folders) + 1)", "tests/test_hub_answers.py::test_names_that_cannot_all_be_written_are_refused"),
+    "abort-uploads-any-page-size": (
+        "weightkeeper/s3.py", "        if len(uploads) > LIST_PAGE:",
+        "        if False:", "tests/test_s3_attacks.py::test_a_listing_of_uploads_out_of_bounds_aborts_none_of_them"),
+    "abort-uploads-twice": (
+        "weightkeeper/s3.py", " or not upload_id or (key, upload_id) in seen:",
+        " or not upload_id:", "tests/test_s3_attacks.py::test_a_listing_of_uploads_out_of_bounds_aborts_none_of_them"),
 }
 
 

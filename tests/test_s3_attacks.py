@@ -293,6 +293,124 @@ def test_an_error_that_repeats_the_credentials_never_shows_them(fast, monkeypatc
     assert "\n" not in message and len(message) < 2 * SAID_CHARS + 100, message
 
 
+def answered(status: str, body: str) -> bytes:
+    return (f"HTTP/1.1 {status}\r\nContent-Type: application/xml\r\nContent-Length: {len(body.encode())}\r\n\r\n"
+            f"{body}").encode()
+
+
+def sent(request: bytes, header: str) -> str:
+    return next((line.split(":", 1)[1].strip() for line in request.decode(errors="replace").split("\r\n")
+                 if line.lower().startswith(header.lower() + ":")), "")
+
+
+def entity_encoded(send, request: bytes) -> None:
+    """A 403 whose message repeats the session token and the Authorization as XML character references: what is
+    sent is not what the parser gives."""
+    said = "".join(f"&#{ord(c)};" for c in f"{sent(request, 'X-Amz-Security-Token')} {sent(request, 'Authorization')}")
+    send(answered("403 Forbidden", f"<Error><Code>AccessDenied</Code><Message>{said}</Message></Error>"))
+
+
+SIGNATURES: list[str] = []
+
+
+def error_in_a_200(send, request: bytes) -> None:
+    """A 200 whose body is an error repeating the credentials (botocore takes it as a 500, retries, then fails)."""
+    signature = sent(request, "Authorization").rpartition("Signature=")[2]
+    SIGNATURES.append(signature)
+    said = f"Signature={signature} {sent(request, 'X-Amz-Security-Token')} {sent(request, 'Authorization')}"
+    send(answered("200 OK", f"<Error><Code>AccessDenied</Code><Message>{said}</Message></Error>"))
+
+
+PREFIX = "staging/acme--m/" + "0" * 40 + "/"
+
+
+def refused_per_key(send, request: bytes) -> None:
+    """A listing of one object, then a DeleteObjects answered 200 whose error for that key repeats the credentials,
+    escaped in XML."""
+    if request.startswith(b"GET") and b"list-type=2" in request:
+        send(answered("200 OK", f"<ListBucketResult><Name>wk-stage</Name><KeyCount>1</KeyCount><IsTruncated>false"
+                                f"</IsTruncated><Contents><Key>{PREFIX}config.json</Key><Size>2</Size></Contents>"
+                                "</ListBucketResult>"))
+        return
+    said = "".join(f"&#{ord(c)};" for c in f"{sent(request, 'X-Amz-Security-Token')} {sent(request, 'Authorization')}")
+    send(answered("200 OK", f"<DeleteResult><Error><Key>{PREFIX}config.json</Key><Code>AccessDenied</Code>"
+                            f"<Message>{said}</Message></Error></DeleteResult>"))
+
+
+@pytest.mark.parametrize("answer", [entity_encoded, error_in_a_200, refused_per_key])
+def test_credentials_a_server_repeats_however_it_encodes_them_are_never_shown(fast, monkeypatch, answer):
+    """A server repeats the request's session token and access key id in an error escaped in XML, in an error sent as
+    a 200, or in the per-key errors of a DeleteObjects answer: the message (a model's, a log line) shows neither."""
+    token, key_id = "wkSessionToken0123456789abcdefSECRET", "WKKEYID0123456789"
+    monkeypatch.setenv("AWS_SESSION_TOKEN", token)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key_id)
+    server, client = hostile(answer)
+    try:
+        with pytest.raises((DownloadError, CleanupError)) as e:
+            if answer is refused_per_key:
+                s3.delete_prefix(client, "wk-stage", PREFIX, s3.Limits())
+            else:
+                s3.list_source(client, parse_s3_uri("s3://wk-src/team/acme--m/"))
+    finally:
+        server.close()
+    message = str(e.value)
+    assert "AccessDenied" in message or "S3 answered" in message, message
+    for secret in (token, key_id, *(SIGNATURES if answer is error_in_a_200 else ())):  # as sent: hidden as read
+        assert secret not in message, message
+
+
+def test_keys_longer_than_s3_allows_are_refused_as_they_are_listed(fast):
+    """A server lists keys of 12,000 characters, 6,000 folders deep (S3 allows 1,024 bytes): each folder one more a
+    fill would make, each path's every folder held in memory to check it. Refused at the first such key."""
+    key = "team/acme--m/" + "a/" * 6000 + "model.safetensors"
+
+    def listing(send, _request: bytes) -> None:
+        send(answered("200 OK", f"<ListBucketResult><Name>wk-src</Name><KeyCount>1</KeyCount><IsTruncated>false"
+                                f"</IsTruncated><Contents><Key>{key}</Key><Size>2</Size><ETag>&quot;"
+                                f"{'0' * 32}&quot;</ETag></Contents></ListBucketResult>"))
+
+    server, client = hostile(listing)
+    try:
+        with pytest.raises(DownloadError, match="a key of over 1024 bytes \\(more than S3 allows\\)") as e:
+            s3.list_source(client, parse_s3_uri("s3://wk-src/team/acme--m/"))
+    finally:
+        server.close()
+    assert e.value.permanent and len(str(e.value)) < 2 * SAID_CHARS + 200
+
+
+@pytest.mark.parametrize("listed, refused", [
+    ([PREFIX + "../../../data/alice/model.safetensors"], "with an empty, '.' or '..' segment"),
+    ([PREFIX + "x.part", PREFIX + "x.part"], "listed twice or without an id"),
+    ([PREFIX + f"x{i}" for i in range(1001)], "1001 multipart uploads under s3://wk-stage/staging/acme--m/"),
+])
+def test_a_listing_of_uploads_out_of_bounds_aborts_none_of_them(fast, listed, refused):
+    """The objects are deleted; the listing of multipart uploads left under the prefix then names a key that climbs
+    out of it (which a gateway that resolves `..` would act on), an upload twice, or more in a page than S3 sends:
+    the delete is refused, naming it, and not one abort is sent for that page."""
+    aborts = []
+
+    def uploads(send, request: bytes) -> None:
+        line = request.split(b"\r\n", 1)[0].decode()
+        if line.startswith("DELETE"):
+            aborts.append(line)
+            send(answered("204 No Content", ""))
+        elif "uploads" in line:
+            body = "".join(f"<Upload><Key>{key}</Key><UploadId>same</UploadId></Upload>" for key in listed)
+            send(answered("200 OK", f"<ListMultipartUploadsResult><Bucket>wk-stage</Bucket><IsTruncated>false"
+                                    f"</IsTruncated>{body}</ListMultipartUploadsResult>"))
+        else:  # the objects: none left
+            send(answered("200 OK", "<ListBucketResult><Name>wk-stage</Name><KeyCount>0</KeyCount><IsTruncated>false"
+                                    "</IsTruncated></ListBucketResult>"))
+
+    server, client = hostile(uploads)
+    try:
+        with pytest.raises(CleanupError, match=re.escape(refused)):
+            s3.delete_prefix(client, "wk-stage", PREFIX, s3.Limits())
+    finally:
+        server.close()
+    assert len(aborts) == (1 if len(listed) == 2 else 0)  # a repeat: refused when it comes again
+
+
 def test_a_staged_object_answered_without_a_size_is_staged_again(fast):
     """HEAD of a staged object answers with the right digest and no Content-Length: not taken as staged (nor a
     KeyError that fails the staging run)."""

@@ -46,10 +46,11 @@ PART_BYTES = 32 << 20  # a file is split into ranges of at least this size, at m
 RANGE_RETRIES = 5  # a range whose connection is cut resumes this many times inside one run
 SAVE_SECONDS = 0.2  # how often the ranges' progress is written down
 HASH_CHUNK = 8 << 20
+MAX_DEPTH = 16  # names in a file's path at most: each folder above it is one more for a listing to have made
 
 for _name in ("urllib3.connectionpool", "urllib3.util.retry", "urllib3.poolmanager"):  # they name the URLs they
     logging.getLogger(_name).addFilter(RedactUrls())  # retry or redirect: signed ones too (Hub, S3)
-for _name in ("botocore.endpoint", "botocore.auth", "botocore.parsers"):  # their DEBUG records: signed headers,
+for _name in ("botocore.endpoint", "botocore.auth", "botocore.parsers", "botocore.handlers"):  # DEBUG: signed headers,
     logging.getLogger(_name).addFilter(DropDebug())  # the string signed and its signature, credentials' bodies
 
 
@@ -149,9 +150,11 @@ def collision(paths: Sequence[str]) -> str | None:
     """Why the files at `paths` cannot all be written on every volume (None: they can): a name over NAME_CHARS,
     names one file where a volume folds case, a file where a folder of another's goes, in the copy or among the
     partial files (`a` and `a/b`; `a`, whose partial file is `a.part`, and `a.part/b`), or a folder where
-    weightkeeper keeps its READY_MARKER."""
+    weightkeeper keeps its READY_MARKER; or a file over MAX_DEPTH names deep (each folder one more to make)."""
     if long := next((p for p in paths if any(len(s) > NAME_CHARS for s in p.split("/"))), None):
         return f"{shown(long)} has a name over {NAME_CHARS} characters (its partial file's would not fit in 255)"
+    if deep := next((p for p in paths if p.count("/") >= MAX_DEPTH), None):
+        return f"{shown(deep)} is {deep.count('/') + 1} names deep, more than {MAX_DEPTH}"
     folded: dict[str, str] = {}
     for path in paths:
         if (other := folded.setdefault(path.casefold(), path)) != path:
@@ -164,15 +167,22 @@ def collision(paths: Sequence[str]) -> str | None:
 
 
 def _collision(paths: Sequence[str]) -> str | None:
-    """`collision`'s files and folders, of names as they are."""
-    folders = {p[:i] for p in paths for i, c in enumerate(p) if c == "/"}
-    partial = {n: p for p in paths for n in (f"{p}.part", f"{p}.part.ranges")}
-    if READY_MARKER in folders:
+    """`collision`'s files and folders, of names as they are: each folder once, as (its parent's number, its name),
+    so that what this holds grows with the names, not with each path's every prefix."""
+    folders: dict[tuple[int, str], int] = {}  # (parent folder's number, name) -> number; the top is 0
+    files = []
+    for path in paths:
+        parent, (*above, leaf) = 0, path.split("/")
+        for name in above:
+            parent = folders.setdefault((parent, name), len(folders) + 1)
+        files.append((parent, leaf, path))
+    if (0, READY_MARKER) in folders:
         return f"its folder {READY_MARKER!r} is where weightkeeper keeps its own marker"
-    if file := next((p for p in paths if p in folders), None):
+    if file := next((path for parent, leaf, path in files if (parent, leaf) in folders), None):
         return f"{shown(file)} is both a file and a folder"
-    if name := next((n for n in partial if n in folders), None):
-        return f"the partial file of {shown(partial[name])} would stand where the folder {shown(name)} goes"
+    for parent, leaf, path in files:
+        if suffix := next((s for s in (".part", ".part.ranges") if (parent, leaf + s) in folders), None):
+            return f"the partial file of {shown(path)} would stand where the folder {shown(path + suffix)} goes"
     return None
 
 

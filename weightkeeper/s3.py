@@ -69,6 +69,8 @@ ANSWER_SECONDS = 300.0  # and its body arrives within this (CompleteMultipartUpl
 LIST_SECONDS = 600.0  # a whole listing, page after page
 MALFORMED = (KeyError, TypeError, ValueError)  # what botocore's parser and handlers raise on an answer out of shape
 SENT_SECRETS = re.compile(r"(?:Credential=|Signature=)([^/,\s]+)")  # of a request's Authorization header
+KEY_BYTES = 1024  # S3's own bound of a key
+CREDENTIALS = "weightkeeper_credentials"  # a client's attribute: its session's credentials (`secrets_of`)
 
 
 class AnswerRefused(BotoCoreError):
@@ -131,15 +133,17 @@ class _BoundedSession:
             request.stream_output = streamed
         if not streamed or response.status_code >= 300:
             response._content = _read_answer(response.raw)
-        if response.status_code >= 300:  # an error may repeat what it was sent: never the credentials
-            for secret in _sent_secrets(request.headers):
-                response._content = response._content.replace(secret, b"...")
+            for secret in _sent_secrets(request.headers):  # an answer may repeat what it was sent (an error in a
+                response._content = response._content.replace(secret, b"...")  # 200 too): never the credentials
         return response
 
 
 def _sent_secrets(headers) -> list[bytes]:
     """What of a request's credentials an answer must not repeat: its session token, access key id, signature."""
-    found = [headers.get("X-Amz-Security-Token"), *SENT_SECRETS.findall(str(headers.get("Authorization", "")))]
+    authorization = headers.get("Authorization") or b""  # botocore's are bytes: never their repr
+    if isinstance(authorization, bytes):
+        authorization = authorization.decode("latin-1")
+    found = [headers.get("X-Amz-Security-Token"), *SENT_SECRETS.findall(authorization)]
     return [v.encode() if isinstance(v, str) else v for v in found if v]
 
 
@@ -155,11 +159,28 @@ def make_client(s3: S3Settings, credentials: dict | None = None):
     session = boto3.session.Session(**(credentials or {}))
     client = session.client("s3", endpoint_url=s3.endpoint_url, region_name=s3.region, config=config)
     client._endpoint.http_session = _BoundedSession(client._endpoint.http_session)  # botocore bounds only each read
+    setattr(client, CREDENTIALS, session.get_credentials())  # what its errors must never show (`secrets_of`)
     return client
 
 
-def s3_error(error: Exception, what: str) -> DownloadError:
-    """Translate a boto3 error into one line that says what to do."""
+def secrets_of(client) -> list[str]:
+    """What of `client`'s credentials no message may show, whatever a server repeats of them, and however it
+    encodes it (escaped in XML, in a 200's body, per key of a DeleteObjects answer): its access key id, secret key
+    and session token, hidden in the message made of what it said."""
+    credentials = getattr(client, CREDENTIALS, None)
+    frozen = credentials.get_frozen_credentials() if credentials is not None else None
+    return [s for s in (frozen.access_key, frozen.secret_key, frozen.token) if s] if frozen else []
+
+
+def s3_error(error: Exception, what: str, secrets: list[str] = ()) -> DownloadError:
+    """Translate a boto3 error into one line that says what to do, none of `secrets` (`secrets_of`) in it: hidden
+    in what the server said before it is cut to length."""
+    def hidden(text: object) -> str:
+        line = str(text if text is not None else "")
+        for secret in secrets:
+            line = line.replace(secret, "…")
+        return line
+
     if isinstance(error, NoCredentialsError):
         return DownloadError(f"no S3 credentials for {what}: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or name a "
                              "prefect-aws AwsCredentials block in [s3] credentials_block", permanent=True)
@@ -167,14 +188,14 @@ def s3_error(error: Exception, what: str) -> DownloadError:
         code = error.response.get("Error", {}).get("Code", "")
         status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         permanent = code in PERMANENT_CODES or status in (400, 401, 403, 404)
-        return DownloadError(f"S3 answered {said(code or status)} for {what}: "
-                             f"{said(error.response.get('Error', {}).get('Message'))}; "
+        return DownloadError(f"S3 answered {said(code or status, secrets)} for {what}: "
+                             f"{said(error.response.get('Error', {}).get('Message'), secrets)}; "
                              f"{'fix the bucket, prefix or credentials' if permanent else 'will retry'}",
                              permanent=permanent)
     if isinstance(error, MALFORMED):
         return DownloadError(f"S3 answered what cannot be read for {what} ({type(error).__name__}: "
-                             f"{shown(str(error))}); will retry")
-    return DownloadError(f"cannot reach S3 for {what}: {error}; will retry")
+                             f"{shown(hidden(error))}); will retry")
+    return DownloadError(f"cannot reach S3 for {what}: {hidden(error)}; will retry")
 
 
 def _call(method, what: str, **params) -> dict:
@@ -182,7 +203,7 @@ def _call(method, what: str, **params) -> dict:
     try:
         return method(**params)
     except (BotoCoreError, ClientError, *MALFORMED) as e:
-        raise s3_error(e, what) from None
+        raise s3_error(e, what, secrets_of(method.__self__)) from None
 
 
 def split_uri(uri: str) -> tuple[str, str]:
@@ -197,6 +218,8 @@ def _key_problem(key: object, prefix: str, previous: str | None, segments: bool)
     order."""
     if not isinstance(key, str) or not key.startswith(prefix):
         return f"it lists {shown(key)}, which is not under {prefix}"
+    if len(key.encode("utf-8", "surrogatepass")) > KEY_BYTES:
+        return f"it lists {shown(key)}, a key of over {KEY_BYTES} bytes (more than S3 allows)"
     rest = key[len(prefix):]
     if segments and rest and {"", ".", ".."} & set((rest[:-1] if rest.endswith("/") else rest).split("/")):
         return f"it lists {shown(key)}, with an empty, '.' or '..' segment"
@@ -324,9 +347,9 @@ def staged(client, bucket: str, key: str, remote: RemoteFile) -> bool:
     except ClientError as e:
         if e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
             return False
-        raise s3_error(e, f"s3://{bucket}/{key}") from None
+        raise s3_error(e, f"s3://{bucket}/{key}", secrets_of(client)) from None
     except (BotoCoreError, *MALFORMED) as e:
-        raise s3_error(e, f"s3://{bucket}/{key}") from None
+        raise s3_error(e, f"s3://{bucket}/{key}", secrets_of(client)) from None
     return head.get("ContentLength") == remote.size and \
         head.get("Metadata", {}).get(DIGEST_KEY) == expected_digest(remote)
 
@@ -363,10 +386,10 @@ def stage_snapshot(client, uri: str, snapshot: Snapshot,
                 client.upload_fileobj(local, bucket, key, Config=TRANSFER, Callback=add,
                                       ExtraArgs={"Metadata": {DIGEST_KEY: expected_digest(remote)}})
         except (BotoCoreError, ClientError) as e:
-            raise s3_error(e, f"s3://{bucket}/{key}") from None
+            raise s3_error(e, f"s3://{bucket}/{key}", secrets_of(client)) from None
         except Exception as e:  # noqa: BLE001 - boto3 wraps client errors in S3UploadFailedError
             if isinstance(e.__cause__ or e.__context__, (BotoCoreError, ClientError)):
-                raise s3_error(e.__cause__ or e.__context__, f"s3://{bucket}/{key}") from None
+                raise s3_error(e.__cause__ or e.__context__, f"s3://{bucket}/{key}", secrets_of(client)) from None
             raise
         remove()
         add(0, "uploaded")
@@ -388,14 +411,27 @@ def stage_snapshot(client, uri: str, snapshot: Snapshot,
 
 def _abort_uploads(client, bucket: str, prefix: str, uri: str) -> None:
     """Abort the multipart uploads under `prefix` that a killed staging run left (S3 bills their parts until then),
-    in at most UPLOAD_PAGES pages of a listing checked as it comes (each key under `prefix`)."""
+    in at most UPLOAD_PAGES pages of at most LIST_PAGE uploads, within LIST_SECONDS, of a listing checked as it
+    comes (each key under `prefix`, its segments too, as for a delete; each upload listed once)."""
     markers: dict[str, str] = {}
+    seen: set[tuple[str, str]] = set()
+    deadline = time.monotonic() + LIST_SECONDS
     for _ in range(UPLOAD_PAGES):
-        page = _call(client.list_multipart_uploads, uri, Bucket=bucket, Prefix=prefix, **markers)
-        for upload in page.get("Uploads") or ():
+        if time.monotonic() > deadline:
+            raise CleanupError(f"the listing of multipart uploads under {uri} took over {LIST_SECONDS:.0f} s")
+        page = _call(client.list_multipart_uploads, uri, Bucket=bucket, Prefix=prefix, MaxUploads=LIST_PAGE,
+                     **markers)
+        uploads = page.get("Uploads") or ()
+        if len(uploads) > LIST_PAGE:
+            raise CleanupError(f"S3 listed {len(uploads)} multipart uploads under {uri} in one page, more than "
+                               f"{LIST_PAGE}")
+        for upload in uploads:
             key, upload_id = upload.get("Key"), upload.get("UploadId")
-            if not (isinstance(key, str) and key.startswith(prefix) and isinstance(upload_id, str)):
-                raise CleanupError(f"S3 listed a multipart upload {said(str(key))} that is not under {uri}")
+            problem = _key_problem(key, prefix, None, segments=True)
+            if problem or not isinstance(upload_id, str) or not upload_id or (key, upload_id) in seen:
+                raise CleanupError(f"S3 listed a multipart upload not of {uri}: "
+                                   f"{problem or f'{said(str(key))} listed twice or without an id'}")
+            seen.add((key, upload_id))
             _call(client.abort_multipart_upload, uri, Bucket=bucket, Key=key, UploadId=upload_id)
         following = {"KeyMarker": page.get("NextKeyMarker"), "UploadIdMarker": page.get("NextUploadIdMarker")}
         if not page.get("IsTruncated") or following == markers or not all(following.values()):
@@ -418,15 +454,15 @@ def delete_prefix(client, bucket: str, prefix: str, limits: Limits) -> int:
             response = _call(client.delete_objects, uri, Bucket=bucket, Delete={
                 "Objects": [{"Key": k} for k in keys[start:start + 1000]], "Quiet": True})
             if errors := response.get("Errors"):
-                first = errors[0]
+                first, secrets = errors[0], secrets_of(client)
                 raise CleanupError(f"S3 refused to delete {len(errors)} object(s) under {uri}: "
-                                   f"{said(first.get('Key'))}: {said(first.get('Code'))} "
-                                   f"{said(first.get('Message'))}".rstrip())
+                                   f"{said(first.get('Key'), secrets)}: {said(first.get('Code'), secrets)} "
+                                   f"{said(first.get('Message'), secrets)}".rstrip())
         left = _call(client.list_objects_v2, uri, Bucket=bucket, Prefix=prefix, MaxKeys=1).get("KeyCount", 0)
         _abort_uploads(client, bucket, prefix, uri)
         uploads = _call(client.list_multipart_uploads, uri, Bucket=bucket, Prefix=prefix, MaxUploads=1).get("Uploads")
     except (BotoCoreError, ClientError, DownloadError) as e:
-        reason = e if isinstance(e, DownloadError) else s3_error(e, uri)
+        reason = e if isinstance(e, DownloadError) else s3_error(e, uri, secrets_of(client))
         raise CleanupError(str(reason)) from None
     if left:
         raise CleanupError(f"objects are still left under {uri} after deleting {len(keys)}")
