@@ -1238,8 +1238,8 @@ MUTATIONS = {
         "weightkeeper/s3.py", "if not streamed or response.status_code >= 300:",
         "if not streamed:", "tests/test_s3_attacks.py::test_an_object_whose_answer_drips_or_never_ends_is_cut[error-without-end]"),
     "s3-list-deadline": (
-        "weightkeeper/s3.py", "        if time.monotonic() > deadline:\n",
-        "        if False:\n", "tests/test_s3_attacks.py::test_a_listing_that_goes_on_slowly_is_cut_at_its_deadline"),
+        "weightkeeper/s3.py", "        if time.monotonic() > deadline:\n            raise DownloadError(",
+        "        if False:\n            raise DownloadError(", "tests/test_s3_attacks.py::test_a_listing_that_goes_on_slowly_is_cut_at_its_deadline"),
     "s3-malformed-answers": (
         "weightkeeper/s3.py", "except (BotoCoreError, ClientError, *MALFORMED) as e:",
         "except (BotoCoreError, ClientError) as e:", "tests/test_s3_attacks.py::test_a_listing_out_of_shape_is_refused_in_one_line[no-key]"),
@@ -1551,8 +1551,8 @@ MUTATIONS = {
         "weightkeeper/registry/store.py", "if sees is not None and not sees(_view(existing)):",
         "if False:", "tests/test_tenancy.py::test_create_refuses_a_name_taken_by_a_model_the_caller_cannot_see_without_saying_its_phase"),
     "api-create-sees-every-model": (
-        "weightkeeper/api.py", "sees=lambda m: visible(m, caller, settings))",
-        "sees=None)", "tests/test_tenancy.py::test_create_refuses_a_name_taken_by_a_model_the_caller_cannot_see_without_saying_its_phase"),
+        "weightkeeper/api.py", "sees=lambda m: visible(m, caller, settings),",
+        "sees=None,", "tests/test_tenancy.py::test_create_refuses_a_name_taken_by_a_model_the_caller_cannot_see_without_saying_its_phase"),
     "api-get-reads-the-manifests": (
         "weightkeeper/api.py", "        model = registry.shown_model(name)",
         "        model = registry.get_model(name)", "tests/test_listing.py::test_a_page_or_a_models_answer_never_reads_the_manifests"),
