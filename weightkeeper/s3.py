@@ -17,7 +17,7 @@ import http.client
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
@@ -168,11 +168,14 @@ def secrets_of(client) -> list[str]:
     encodes it (escaped in XML, in a 200's body, per key of a DeleteObjects answer): its access key id, secret key
     and session token, hidden in the message made of what it said."""
     credentials = getattr(client, CREDENTIALS, None)
-    frozen = credentials.get_frozen_credentials() if credentials is not None else None
+    try:
+        frozen = credentials.get_frozen_credentials() if credentials is not None else None
+    except Exception:  # noqa: BLE001 - a refresh that fails here (an instance role's): the sent ones are still hidden
+        return []
     return [s for s in (frozen.access_key, frozen.secret_key, frozen.token) if s] if frozen else []
 
 
-def s3_error(error: Exception, what: str, secrets: list[str] = ()) -> DownloadError:
+def s3_error(error: Exception, what: str, secrets: Sequence[str] = ()) -> DownloadError:
     """Translate a boto3 error into one line that says what to do, none of `secrets` (`secrets_of`) in it: hidden
     in what the server said before it is cut to length."""
     def hidden(text: object) -> str:
