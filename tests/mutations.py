@@ -1689,13 +1689,13 @@ MUTATIONS = {
         "weightkeeper/fsops.py", "            return shelf.rmdir_if(repo, st)",
         "            return shelf.remove(repo)", "tests/test_sharing.py::test_a_repositorys_directory_goes_with_its_last_copy"),
     "copy-made-once-though-its-repo-dir-went": (
-        "weightkeeper/fsops.py", "            if e.errno not in (errno.ENOENT, errno.ESTALE) or attempt == MAKE_ATTEMPTS - 1:",
+        "weightkeeper/fsops.py", "            if e.errno not in (errno.ENOENT, errno.ESTALE) or not attempts:",
         "            if True:", "tests/test_sharing.py::test_a_copy_is_made_again_when_a_collection_removed_its_repositorys_directory_meanwhile"),
     "repo-dir-of-anyone-removed": (
         "weightkeeper/fsops.py", "            if st is None or not stat.S_ISDIR(st.st_mode) or not (st.st_uid == shelf_uid(path) or\n                                                                  shelf.mine(st.st_uid)):",
         "            if st is None or not stat.S_ISDIR(st.st_mode):", "tests/test_sharing.py::test_only_an_empty_repository_directory_of_its_own_is_removed_after_a_collection"),
     "secret-set-any-block-name": (
-        "weightkeeper/cli.py", "    if not BLOCK_NAME.fullmatch(value):",
+        "weightkeeper/cli.py", "    if not MODEL_NAME.fullmatch(value):  # what a model may name as its token block",
         "    if False:", "tests/test_cli.py::test_a_token_saved_with_secret_set_downloads_a_private_model_and_is_never_shown"),
     "secret-set-keeps-spaces": (
         "weightkeeper/cli.py", "    value = value.strip()\n",
@@ -1713,7 +1713,7 @@ MUTATIONS = {
         "tasks/verify.py", "            others = final if isinstance(e, (UnsafePathError, OSError)) else (",
         "            others = final if isinstance(e, UnsafePathError) else (", "tests/test_repair.py::test_a_repair_the_volume_refuses_fails_the_copy_lets_it_go_and_the_next_pass_repairs_it"),
     "patterns-matched-whatever-they-cost": (
-        "weightkeeper/planning.py", "    if matching_cost(files, patterns) > MATCH_BUDGET:",
+        "weightkeeper/planning.py", "    if matching_cost(files, given) > MATCH_BUDGET:",
         "    if False:", "tests/test_patterns.py::test_patterns_a_listing_of_long_names_makes_costly_are_refused_before_any_matching tests/test_patterns.py::test_a_repository_listing_names_too_long_to_match_fails_the_model_saying_why"),
     "pattern-wildcards-unbounded": (
         "weightkeeper/layout.py", "        if sum(map(p.count, \"*?[\")) > MAX_WILDCARDS:",
@@ -1748,6 +1748,9 @@ MUTATIONS = {
     "abort-uploads-twice": (
         "weightkeeper/s3.py", " or not upload_id or (key, upload_id) in seen:",
         " or not upload_id:", "tests/test_s3_attacks.py::test_a_listing_of_uploads_out_of_bounds_aborts_none_of_them"),
+    "admin-quota-applied": (
+        "weightkeeper/api.py", "max_models=None if caller.admin else caller.max_models",
+        "max_models=caller.max_models", "tests/test_tenancy.py::test_a_user_holds_at_most_their_max_models_counting_those_being_deleted"),
 }
 
 

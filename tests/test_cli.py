@@ -420,7 +420,8 @@ def test_a_token_saved_with_secret_set_downloads_a_private_model_and_is_never_sh
               "--token-block", "hf-cli-token", "--wait")
     assert "Ready" in out.stdout and token not in saved.stdout + saved.stderr + out.stdout + out.stderr
     assert token not in json.dumps(wk.registry.get_model("cli-private").to_json())
-    for name, given, message in [("HF_Token", token, "'HF_Token' is not a Prefect block name"),
+    for name, given, message in [("HF_Token", token, "'HF_Token' is not a token block's name"),
+                                 ("hf-", token, "'hf-' is not a token block's name"),
                                  ("hf-empty", "\n", "give the token as one line without spaces"),
                                  ("hf-two-lines", f"{token}\nsecond\n", "give the token as one line without spaces"),
                                  ("hf-spaced", f"{token} {token}\n", "give the token as one line without spaces"),

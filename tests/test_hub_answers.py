@@ -254,7 +254,7 @@ def test_an_s3_body_that_drips_is_cut_by_the_watchdog(tmp_path, monkeypatch):
     (["Shard", "shard/config.json"], "where a volume folds case, 'shard' is both a file and a folder"),
     (["READY/config.json"], "where a volume folds case, its folder 'ready' is where weightkeeper keeps its own marker"),
     (["a/" * 15 + "model.safetensors"], None),  # 16 names deep: the most
-    (["a/" * 16 + "model.safetensors"], f"{shown('a/' * 16 + 'model.safetensors')} is 17 names deep, more than 16"),
+    (["a/" * 16 + "model.safetensors"], f"{shown('a/' * 16 + 'model.safetensors')} is 17 names deep, more than 16; leave it out with --exclude"),
     ([f"{i}/x/y" for i in range(3)] + ["2/x/y/z"], "'2/x/y' is both a file and a folder"),
 ])
 def test_names_that_cannot_all_be_written_are_refused(paths, problem):

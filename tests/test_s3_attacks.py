@@ -386,7 +386,8 @@ def test_keys_longer_than_s3_allows_are_refused_as_they_are_listed(fast):
 def test_a_listing_of_uploads_out_of_bounds_aborts_none_of_them(fast, listed, refused):
     """The objects are deleted; the listing of multipart uploads left under the prefix then names a key that climbs
     out of it (which a gateway that resolves `..` would act on), an upload twice, or more in a page than S3 sends:
-    the delete is refused, naming it, and not one abort is sent for that page."""
+    the delete is refused, naming it, and no abort is sent for what was refused (an upload listed twice is aborted
+    once)."""
     aborts = []
 
     def uploads(send, request: bytes) -> None:

@@ -9,7 +9,6 @@ import getpass
 import json
 import logging
 import os
-import re
 import select
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from weightkeeper.errors import (ConfigError, ConflictError, InvalidInputError, 
 from weightkeeper.phase import Phase
 from weightkeeper.prefectserver import prefect_api
 from weightkeeper.kube import REGISTRY_ENV
+from weightkeeper.layout import MODEL_NAME
 from weightkeeper.registry import Model, Registry, registry_for
 from weightkeeper.registry.common import DELETING, READY
 from weightkeeper.registry.listing import DEFAULT_LIMIT, SORTS, ListQuery, Viewer
@@ -356,14 +356,13 @@ def cmd_run(args, settings: Settings) -> int:
     return 0
 
 
-BLOCK_NAME = re.compile(r"[a-z0-9-]+")  # what Prefect accepts as a block's name
 SECRET_BYTES = 64 << 10
 
 
 def _block_name(value: str) -> str:
-    if not BLOCK_NAME.fullmatch(value):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a Prefect block name (lowercase letters, digits and "
-                                         "dashes, e.g. hf-token)")
+    if not MODEL_NAME.fullmatch(value):  # what a model may name as its token block
+        raise argparse.ArgumentTypeError(f"{value!r} is not a token block's name (up to 63 lowercase letters, digits "
+                                         "and dashes, a letter or digit first and last, e.g. hf-token)")
     return value
 
 
@@ -385,9 +384,8 @@ def _read_secret(name: str) -> str:
 def cmd_secret_set(args, settings: Settings) -> int:
     """Save a Hugging Face token as a Prefect Secret block on the Prefect server this weightkeeper uses (without
     PREFECT_API_URL, the one it starts under its home, where `prefect block create` run by hand would not reach)."""
-    from prefect.blocks.system import Secret
-
     import httpx
+    from prefect.blocks.system import Secret
 
     if args.value is not None:
         raise InvalidInputError("the token is never an argument (it would stay in the shell's history and the process "

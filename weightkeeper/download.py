@@ -154,7 +154,7 @@ def collision(paths: Sequence[str]) -> str | None:
     if long := next((p for p in paths if any(len(s) > NAME_CHARS for s in p.split("/"))), None):
         return f"{shown(long)} has a name over {NAME_CHARS} characters (its partial file's would not fit in 255)"
     if deep := next((p for p in paths if p.count("/") >= MAX_DEPTH), None):
-        return f"{shown(deep)} is {deep.count('/') + 1} names deep, more than {MAX_DEPTH}"
+        return f"{shown(deep)} is {deep.count('/') + 1} names deep, more than {MAX_DEPTH}; leave it out with --exclude"
     folded: dict[str, str] = {}
     for path in paths:
         if (other := folded.setdefault(path.casefold(), path)) != path:

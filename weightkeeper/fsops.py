@@ -126,12 +126,14 @@ def own_copy(path: str, volumes: Iterable[VolumeRule], made: str | None) -> tupl
     The two directories above it (`_artifacts[.<uid>]/<repo dir>`) must be this process's, or the uid's its shelf
     names, and shut to others (`Dir.shut_to_others`): whoever else could write there could swap the copy for a
     link to files of theirs."""
-    for attempt in range(MAKE_ATTEMPTS):
+    attempts = MAKE_ATTEMPTS
+    while True:
+        attempts -= 1
         try:
             with _shelf(path, volumes, create=True) as (parent, name):
                 return own_directory(parent, name, path, made, COPY_REMEDY)
         except OSError as e:  # the repository's directory, empty, went with its last other copy: made again
-            if e.errno not in (errno.ENOENT, errno.ESTALE) or attempt == MAKE_ATTEMPTS - 1:
+            if e.errno not in (errno.ENOENT, errno.ESTALE) or not attempts:
                 raise
 
 

@@ -177,7 +177,7 @@ def validate_policy(policy: str | None) -> str:
 
 
 MAX_PATTERNS = 32
-MAX_WILDCARDS = 16  # per pattern: what matching costs grows with them (`planning.matching_cost`)
+MAX_WILDCARDS = 16  # per pattern
 
 
 def validate_patterns(patterns: object, flag: str) -> list[str] | None:
