@@ -367,7 +367,7 @@ def _block_name(value: str) -> str:
 
 
 def _read_secret(name: str) -> str:
-    """The secret, without its line end: typed at a prompt that does not echo it, or piped on stdin."""
+    """The secret, without the spaces and line ends around it: typed at a prompt that does not echo it, or piped."""
     if sys.stdin.isatty():
         value = getpass.getpass(f"value of the Secret block {name!r} (not shown): ")
     else:
