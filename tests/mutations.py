@@ -844,8 +844,8 @@ MUTATIONS = {
         "        if False:\n            return False",
         "tests/test_attacks.py::test_a_directory_exchanged_for_the_model_after_its_check_is_never_emptied"),
     "owners-shelf-refused-to-the-service": (
-        "weightkeeper/fsops.py", '    maker = int(artifacts.rpartition(".")[2]) if "." in artifacts else None',
-        "    maker = None", "tests/test_kube.py::test_the_service_repairs_a_copy_an_owners_job_made"),
+        "weightkeeper/fsops.py", '    maker = shelf_uid(path)\n',
+        "    maker = None\n", "tests/test_kube.py::test_the_service_repairs_a_copy_an_owners_job_made"),
     "link-scan-stops-at-an-unreadable-directory": (
         "weightkeeper/sharing.py", "        except OSError as e:  # a directory this process may not read",
         "        except ValueError as e:  # a directory this process may not read",

@@ -303,11 +303,16 @@ def sent(request: bytes, header: str) -> str:
                  if line.lower().startswith(header.lower() + ":")), "")
 
 
+def escaped_echo(request: bytes) -> str:
+    """The request's session token and Authorization as XML character references: what is sent is not what the
+    parser gives."""
+    return "".join(f"&#{ord(c)};" for c in f"{sent(request, 'X-Amz-Security-Token')} {sent(request, 'Authorization')}")
+
+
 def entity_encoded(send, request: bytes) -> None:
-    """A 403 whose message repeats the session token and the Authorization as XML character references: what is
-    sent is not what the parser gives."""
-    said = "".join(f"&#{ord(c)};" for c in f"{sent(request, 'X-Amz-Security-Token')} {sent(request, 'Authorization')}")
-    send(answered("403 Forbidden", f"<Error><Code>AccessDenied</Code><Message>{said}</Message></Error>"))
+    """A 403 whose message repeats the credentials, escaped in XML."""
+    send(answered("403 Forbidden", f"<Error><Code>AccessDenied</Code><Message>{escaped_echo(request)}</Message>"
+                                   "</Error>"))
 
 
 SIGNATURES: list[str] = []
@@ -332,9 +337,8 @@ def refused_per_key(send, request: bytes) -> None:
                                 f"</IsTruncated><Contents><Key>{PREFIX}config.json</Key><Size>2</Size></Contents>"
                                 "</ListBucketResult>"))
         return
-    said = "".join(f"&#{ord(c)};" for c in f"{sent(request, 'X-Amz-Security-Token')} {sent(request, 'Authorization')}")
     send(answered("200 OK", f"<DeleteResult><Error><Key>{PREFIX}config.json</Key><Code>AccessDenied</Code>"
-                            f"<Message>{said}</Message></Error></DeleteResult>"))
+                            f"<Message>{escaped_echo(request)}</Message></Error></DeleteResult>"))
 
 
 @pytest.mark.parametrize("answer", [entity_encoded, error_in_a_200, refused_per_key])

@@ -12,13 +12,18 @@ MESSAGE_LIMIT = 2000  # characters of a message: the registry keeps no more, and
 SAID_CHARS = 200  # of what a server said (or its client library said of the answer), quoted in a message
 
 
-def said(text: object, secrets: Iterable[str | None] = ()) -> str:
-    """What a server said, quoted in a message: one line of at most SAID_CHARS characters, each of `secrets` (what
-    the request sent, which a server may repeat) replaced by "…" before it is cut."""
+def scrubbed(text: object, secrets: Iterable[str | None] = ()) -> str:
+    """`text` with each of `secrets` (what a request sent, which a server may repeat) replaced by "…"."""
     line = str(text or "")
     for secret in filter(None, secrets):
         line = line.replace(secret, "…")
-    line = " ".join(line.split())
+    return line
+
+
+def said(text: object, secrets: Iterable[str | None] = ()) -> str:
+    """What a server said, quoted in a message: one line of at most SAID_CHARS characters, `scrubbed` of `secrets`
+    before it is cut."""
+    line = " ".join(scrubbed(text, secrets).split())
     return line if len(line) <= SAID_CHARS else f"{line[:SAID_CHARS]}..."
 
 

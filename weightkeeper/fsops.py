@@ -142,8 +142,7 @@ def remove_repo_dir(path: str, volumes: Iterable[VolumeRule]) -> bool:
     holds nothing else: only ever an empty directory, and only one this process or the shelf's uid made. True when it
     went; a copy made there meanwhile keeps it (and `own_copy` makes it again if that copy came a moment late)."""
     try:
-        volume = check_removable(path, volumes, artifact=True)
-        models, artifacts, repo, _ = volume_of(path, [volume])[1].split("/")
+        volume, (models, artifacts, repo, _) = _copy_parts(path, volumes)
         with Dir.root(volume.root) as root, root.descend(f"{models}/{artifacts}") as shelf:
             st = shelf.lstat(repo)
             if st is None or not stat.S_ISDIR(st.st_mode) or not (st.st_uid == shelf_uid(path) or
@@ -166,13 +165,19 @@ def shelf_problem(path: str, volumes: Iterable[VolumeRule]) -> str | None:
         return None
 
 
+def _copy_parts(path: str, volumes: Iterable[VolumeRule]) -> tuple[VolumeRule, list[str]]:
+    """The volume of the shared copy at `path` (after the guard) and the four names below its root: the models
+    directory, the shelf (`_artifacts[.<uid>]`), the repository's directory, the copy."""
+    volume = check_removable(path, volumes, artifact=True)
+    return volume, volume_of(path, [volume])[1].split("/")
+
+
 @contextmanager
 def _shelf(path: str, volumes: Iterable[VolumeRule], create: bool = False) -> Iterator[tuple[Dir, str]]:
     """(the directory holding the shared copy at `path`, its name), walked from the volume root after the guard; the
     shelf (`_artifacts[.<uid>]`) and that directory each checked to be shut to all but its maker (`Dir.shut_to_others`)."""
-    volume = check_removable(path, volumes, artifact=True)
-    models, artifacts, repo, name = volume_of(path, [volume])[1].split("/")
-    maker = int(artifacts.rpartition(".")[2]) if "." in artifacts else None  # `_artifacts.<uid>` names its uid
+    volume, (models, artifacts, repo, name) = _copy_parts(path, volumes)
+    maker = shelf_uid(path)
     with Dir.root(volume.root) as root, root.descend(models, create=create) as top, \
             top.descend(artifacts, create=create) as shelf, shelf.descend(repo, create=create) as parent:
         for d in (shelf, parent):

@@ -45,7 +45,7 @@ from weightkeeper.download import (
     safe_repo_path,
     shown,
 )
-from weightkeeper.errors import CleanupError, DownloadError, said
+from weightkeeper.errors import CleanupError, DownloadError, said, scrubbed
 from weightkeeper.hub import HeadersInTime
 from weightkeeper.layout import S3Source, copy_name, parse_s3_uri
 from weightkeeper.planning import select_files
@@ -178,12 +178,6 @@ def secrets_of(client) -> list[str]:
 def s3_error(error: Exception, what: str, secrets: Sequence[str] = ()) -> DownloadError:
     """Translate a boto3 error into one line that says what to do, none of `secrets` (`secrets_of`) in it: hidden
     in what the server said before it is cut to length."""
-    def hidden(text: object) -> str:
-        line = str(text if text is not None else "")
-        for secret in secrets:
-            line = line.replace(secret, "…")
-        return line
-
     if isinstance(error, NoCredentialsError):
         return DownloadError(f"no S3 credentials for {what}: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or name a "
                              "prefect-aws AwsCredentials block in [s3] credentials_block", permanent=True)
@@ -197,8 +191,8 @@ def s3_error(error: Exception, what: str, secrets: Sequence[str] = ()) -> Downlo
                              permanent=permanent)
     if isinstance(error, MALFORMED):
         return DownloadError(f"S3 answered what cannot be read for {what} ({type(error).__name__}: "
-                             f"{shown(hidden(error))}); will retry")
-    return DownloadError(f"cannot reach S3 for {what}: {hidden(error)}; will retry")
+                             f"{shown(scrubbed(error, secrets))}); will retry")
+    return DownloadError(f"cannot reach S3 for {what}: {scrubbed(error, secrets)}; will retry")
 
 
 def _call(method, what: str, **params) -> dict:
