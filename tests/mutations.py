@@ -1751,6 +1751,9 @@ MUTATIONS = {
     "admin-quota-applied": (
         "weightkeeper/api.py", "max_models=None if caller.admin else caller.max_models",
         "max_models=caller.max_models", "tests/test_tenancy.py::test_a_user_holds_at_most_their_max_models_counting_those_being_deleted"),
+    "free-space-mount-lookup-raises": (
+        "weightkeeper/space.py", "    try:\n        mount = os.path.realpath(path)\n    except OSError:\n        return path\n",
+        "    mount = os.path.realpath(path)\n", "tests/test_attacks.py::test_a_parent_link_swapped_back_while_the_room_is_measured_is_no_error"),
 }
 
 

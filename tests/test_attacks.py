@@ -563,6 +563,40 @@ def test_a_download_raced_by_a_swapping_parent_never_writes_outside(wk, hub, tmp
     assert tree(outside) == {}
 
 
+def test_a_parent_link_swapped_back_while_the_room_is_measured_is_no_error(wk, hub, tmp_path, monkeypatch):
+    """The user turns the models directory into a link just as the room for a new model is asked of it, and back
+    into the directory while the mount point is looked up (between realpath's lstat and its readlink): the look-up
+    is only for a message, never an error (it failed the model with EINVAL); the download goes on in the directory,
+    nothing is written through the link."""
+    hub.add_repo("acme/roomy", tiny_files("roomy"))
+    wk.declare("roomy", "hf://acme/roomy", workspaces=["team-a"], subpath="alice")
+    models = wk.volumes["team-a"] / "alice" / "models"
+    models.mkdir(parents=True)
+    outside = outside_dir(tmp_path)
+    decoy = models.with_name("models.decoy")
+    decoy.symlink_to(outside, target_is_directory=True)
+    statvfs, readlink, moves = os.statvfs, os.readlink, []
+
+    def link_in(path, *args, **kwargs):
+        if str(path).startswith(str(models)) and not moves:
+            exchange(models, decoy)
+            moves.append("link in")
+        return statvfs(path, *args, **kwargs)
+
+    def directory_back(path, *args, **kwargs):
+        if str(path) == str(models) and moves == ["link in"]:
+            exchange(models, decoy)
+            moves.append("directory back")
+        return readlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "statvfs", link_in)
+    monkeypatch.setattr(os, "readlink", directory_back)
+    assert ensure_model("roomy") == "Ready", wk.registry.get_model("roomy").message
+    assert moves == ["link in", "directory back"]
+    assert not models.is_symlink() and fetched_files(str(models / "acme--roomy")) == FETCHED
+    assert tree(outside) == {}
+
+
 def test_a_parent_swapped_just_before_the_size_is_measured_fails_the_model(wk, hub, tmp_path, monkeypatch):
     """The one walk after the download (measuring the path) meets the link: the path is Failed with a message,
     never left Downloading behind its lease."""

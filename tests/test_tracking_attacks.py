@@ -145,7 +145,9 @@ def test_two_switches_that_each_fit_the_capacity_but_not_together_are_not_both_r
         model.message
     if beside:  # its files are not the commit's: a switch to it would be held (`head_checked`)
         wk.registry.delete_artifact(beside.id)
-    assert ensure_model("cap-one") == "Ready" and wk.registry.get_model("cap-one").commit == one
+    assert ensure_model("cap-one") == "Ready"
+    model = wk.registry.get_model("cap-one")
+    assert model.commit == one, model.message
 
 
 def test_a_failed_switch_names_the_commit_the_path_is_on_not_the_models(wk, hub):

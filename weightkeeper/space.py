@@ -13,15 +13,36 @@ from weightkeeper.planning import bytes_to_fetch, space_problem
 
 def free_space(target: Dir | str) -> tuple[str, int]:
     """The mount point holding `target` (for messages) and its free bytes: asked of the open directory, or for
-    a path not made yet, of its nearest existing parent (a read: nothing is written through it)."""
-    existing = target.where if isinstance(target, Dir) else target
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    mount = os.path.realpath(existing)
+    a path not made yet, of its nearest existing parent (a read: nothing is written through it). A user may swap
+    links on that path meanwhile: a name that cannot be asked is passed over for its parent (`_mount_of`)."""
+    if isinstance(target, Dir):
+        existing, st = target.where, os.fstatvfs(target.fd)
+    else:
+        existing = target
+        while (st := _statvfs(existing)) is None:
+            existing = os.path.dirname(existing)
+    return _mount_of(existing), st.f_bavail * st.f_frsize
+
+
+def _statvfs(path: str) -> os.statvfs_result | None:
+    try:
+        return os.statvfs(path)
+    except OSError:  # gone, or a link swapped in (dangling, looping): its parent is asked
+        if os.path.dirname(path) == path:
+            raise
+        return None
+
+
+def _mount_of(path: str) -> str:
+    """The mount point above `path`, for a message: where a link on it changes meanwhile (realpath's readlink then
+    meets a directory), the path itself."""
+    try:
+        mount = os.path.realpath(path)
+    except OSError:
+        return path
     while not os.path.ismount(mount):
         mount = os.path.dirname(mount)
-    st = os.fstatvfs(target.fd) if isinstance(target, Dir) else os.statvfs(existing)
-    return mount, st.f_bavail * st.f_frsize
+    return mount
 
 
 def room_problem(target: Dir | str, files: Iterable[RemoteFile], margin: int) -> str | None:
