@@ -1059,10 +1059,6 @@ MUTATIONS = {
         'weightkeeper/api.py', '{key or uuid.uuid4()}\\0{made}',
         '{key or uuid.uuid4()}',
         'tests/test_tenancy.py::test_a_run_key_is_bound_to_the_model_declared_even_where_its_id_is_reused'),
-    'cursor-id-beyond-int4': (
-        'weightkeeper/registry/listing.py', '        if len(key) == 2 and not 0 < key[1] < 1 << 31:',
-        '        if False:',
-        'tests/test_listing.py::test_a_forged_cursor_that_no_column_could_hold_answers_422'),
     'failover-across-tenancy': (
         'weightkeeper/planning.py', '(w.cluster, w.volume, w.public, w.owner) == (here.cluster, here.volume, here.public,\n                                                                                 here.owner)',
         '(w.cluster, w.volume) == (here.cluster, here.volume)',
@@ -1754,6 +1750,9 @@ MUTATIONS = {
     "free-space-mount-lookup-raises": (
         "weightkeeper/space.py", "    try:\n        mount = os.path.realpath(path)\n    except OSError:\n        return path\n",
         "    mount = os.path.realpath(path)\n", "tests/test_attacks.py::test_a_parent_link_swapped_back_while_the_room_is_measured_is_no_error"),
+    "list-ties-by-model-id": (
+        "weightkeeper/registry/listing.py", "\"created\": [model.created_at.isoformat(), model.name],\n            \"size\": [model.size_bytes, model.name]}",
+        "\"created\": [model.created_at.isoformat(), model.id],\n            \"size\": [model.size_bytes, model.id]}", "tests/test_listing.py::test_a_cursor_holds_only_the_users_own_models_so_no_count_of_others_private_ones"),
 }
 
 

@@ -1,7 +1,8 @@
 """The paginated, filtered model list (keyset pagination).
 
 A page is the next `limit` models after the cursor's position in a stable order: the sort key, then the model
-id where the key is not unique. Who may see a model is decided in SQL (the rule of `tenancy.visible`), so a
+name where the key is not unique (never its id: ids count every model declared, so a cursor holding one would tell
+a user how many models others declared between two of theirs). Who may see a model is decided in SQL (the rule of `tenancy.visible`), so a
 page is full and a cursor walk never skips or repeats a model that stays. The cursor is opaque: urlsafe
 base64 of JSON holding the sort, a hash of the filters, and the last model's key.
 """
@@ -26,8 +27,8 @@ if TYPE_CHECKING:
     from weightkeeper.registry.store import Model
 
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
-SORT_KEYS = {"name": (ModelRow.name,), "created": (ModelRow.created_at, ModelRow.id),  # names are unique
-             "size": (ModelRow.size_bytes, ModelRow.id)}
+SORT_KEYS = {"name": (ModelRow.name,), "created": (ModelRow.created_at, ModelRow.name),  # names are unique
+             "size": (ModelRow.size_bytes, ModelRow.name)}
 Sort = Literal["name", "-name", "created", "-created", "size", "-size"]  # `-`: descending
 SORTS: tuple[str, ...] = get_args(Sort)
 
@@ -65,8 +66,8 @@ class Page:
 
 
 def _key(model: Model, sort: str) -> list:
-    return {"name": [model.name], "created": [model.created_at.isoformat(), model.id],
-            "size": [model.size_bytes, model.id]}[sort.lstrip("-")]
+    return {"name": [model.name], "created": [model.created_at.isoformat(), model.name],
+            "size": [model.size_bytes, model.name]}[sort.lstrip("-")]
 
 
 def encode_cursor(query: ListQuery, model: Model) -> str:
@@ -80,14 +81,12 @@ def decode_cursor(cursor: str, query: ListQuery) -> list:
     try:
         raw = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         sort, digest, key = raw["s"], raw["f"], raw["k"]
-        kinds = {"name": (str,), "created": (str, int), "size": (int, int)}[sort.lstrip("-")]
+        kinds = {"name": (str,), "created": (str, str), "size": (int, str)}[sort.lstrip("-")]
         if type(key) is not list or len(key) != len(kinds) or any(type(v) is not t for v, t in zip(key, kinds)):
             raise ValueError(key)
         if any(v >= 1 << 63 or v < -(1 << 63) if type(v) is int else "\x00" in v or not v.encode()
                for v in key):  # encode(): a lone surrogate is no UTF-8 (UnicodeEncodeError is a ValueError)
             raise ValueError(key)  # no column holds it: a forged cursor
-        if len(key) == 2 and not 0 < key[1] < 1 << 31:
-            raise ValueError(key)  # nor is it a model's id (an INTEGER in PostgreSQL)
         if sort.lstrip("-") == "created":
             key[0] = datetime.fromisoformat(key[0])
     except (binascii.Error, ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError):

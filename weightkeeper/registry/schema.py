@@ -37,14 +37,14 @@ class ModelRow(Base):
 
     __tablename__ = "models"
     # the list's sorts, alone and after an equality filter (phase, owner), so that a page is read in order
-    __table_args__ = (Index("ix_models_created_at_id", "created_at", "id"),
-                      Index("ix_models_size_bytes_id", "size_bytes", "id"),
+    __table_args__ = (Index("ix_models_created_at_name", "created_at", "name"),
+                      Index("ix_models_size_bytes_name", "size_bytes", "name"),
                       Index("ix_models_phase_name", "phase", "name"),
-                      Index("ix_models_phase_created_at_id", "phase", "created_at", "id"),
-                      Index("ix_models_phase_size_bytes_id", "phase", "size_bytes", "id"),
+                      Index("ix_models_phase_created_at_name", "phase", "created_at", "name"),
+                      Index("ix_models_phase_size_bytes_name", "phase", "size_bytes", "name"),
                       Index("ix_models_owner_name_name", "owner_name", "name"),
-                      Index("ix_models_owner_name_created_at_id", "owner_name", "created_at", "id"),
-                      Index("ix_models_owner_name_size_bytes_id", "owner_name", "size_bytes", "id"))
+                      Index("ix_models_owner_name_created_at_name", "owner_name", "created_at", "name"),
+                      Index("ix_models_owner_name_size_bytes_name", "owner_name", "size_bytes", "name"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(63), unique=True)
