@@ -273,7 +273,8 @@ def test_a_file_checked_only_by_its_git_sha1_is_never_taken_from_bytes_a_user_co
     plants, in place of a reviewed code file in their directory, bytes whose git blob sha1 collides with it
     (simulated: the very bytes, as what matters is where they stand). A file checked only by that sha1 is never
     taken from an inode the user owns or others may write: the victim's is fetched. An LFS file there is still
-    copied (its sha256 is hashed), and a sha1-only file in weightkeeper's own inode is still hard-linked."""
+    copied (its sha256 is hashed). A sha1-only file in weightkeeper's own inode is fetched too: in a directory the user
+    owns, they may have put there any inode of weightkeeper's (one holding bytes of a repository they chose)."""
     code = {"modeling_tiny.py": b"def forward(x):\n    return x\n", "chat_template.jinja": b"{{ messages }}\n",
             "tokenization_tiny.py": b"class Tok:\n    pass\n"}
     a = hub.add_repo("acme/evolve-sha1", {**commit_files("A"), **code})
@@ -295,14 +296,14 @@ def test_a_file_checked_only_by_its_git_sha1_is_never_taken_from_bytes_a_user_co
     assert ensure_model("sha1-b") == "Ready"
     new = wk.registry.get_model("sha1-b").local_paths[0].path
     assert fetched(hub, "acme/evolve-sha1") == sorted(
-        ["config.json", SHARDS[1], "modeling_tiny.py", "tokenizer.json", "tokenization_tiny.py"])
+        ["config.json", SHARDS[1], "modeling_tiny.py", "tokenizer.json", "tokenization_tiny.py", "chat_template.jinja"])
     for name in ("modeling_tiny.py", "tokenizer.json", "tokenization_tiny.py"):
         assert os.stat(f"{new}/{name}").st_ino != os.stat(f"{old}/{name}").st_ino
         assert os.stat(f"{new}/{name}").st_uid == os.geteuid()
     assert "not weightkeeper's alone, and its digest would not tell a planted collision" in caplog.text
     assert os.stat(f"{new}/{SHARDS[0]}").st_ino != os.stat(f"{old}/{SHARDS[0]}").st_ino  # copied, hashed by sha256
     assert open(f"{new}/{SHARDS[0]}", "rb").read() == commit_files("A")[SHARDS[0]]
-    assert os.stat(f"{new}/chat_template.jinja").st_ino == os.stat(f"{old}/chat_template.jinja").st_ino
+    assert os.stat(f"{new}/chat_template.jinja").st_ino != os.stat(f"{old}/chat_template.jinja").st_ino
     expected = {**commit_files("B", (SHARDS[1], "config.json")), **code}
     assert {n: open(f"{new}/{n}", "rb").read() for n in fetched_files(new)} == expected
 
@@ -348,3 +349,67 @@ def test_a_repair_never_lets_the_shelf_owner_read_a_file_they_moved_into_their_c
     assert all(r.stdout == "" and "PermissionError" in r.stderr for r in read), read
     assert (secret not in scratch) if theirs else (scratch == [secret])
     assert (source / shard).read_bytes() == secret
+
+
+def test_a_file_checked_only_by_its_git_sha1_is_never_linked_from_a_directory_its_owner_swapped_in(wk, hub):
+    """The attacker owns a subpath (always-download models of theirs). One model holds the public repository the
+    victim uses; another holds a repository of the attacker's whose code file's git blob sha1 collides with the
+    public one's (simulated: the very bytes, as what matters is where they stand). weightkeeper made both directories
+    and owns their files, so each file is "weightkeeper's alone"; but the attacker may rename in their subpath, and
+    swaps the two directories. The victim's new commit must never hard-link a sha1-only file from the swapped-in
+    directory (its inode holds bytes the attacker chose): it is fetched. An LFS file (sha256) may still be taken."""
+    from test_attacks import exchange
+
+    code = {"modeling_tiny.py": b"def forward(x):\n    return x\n"}
+    a = hub.add_repo("acme/evolve-swap", {**commit_files("A"), **code})
+    hub.add_repo("acme/evolve-swap", {**commit_files("B", (SHARDS[1], "config.json")), **code})
+    hub.add_repo("mallory/lookalike", {**commit_files("A"), **code})  # the "colliding" repository
+    wk.declare("att-r", f"hf://acme/evolve-swap@{a}", workspaces=["team-a"], subpath="models/att")
+    wk.declare("att-e", "hf://mallory/lookalike", workspaces=["team-a"], subpath="models/att")
+    assert ensure_model("att-r") == "Ready" and ensure_model("att-e") == "Ready"
+    theirs = wk.volumes["team-a"] / "models" / "att"
+    os.chown(theirs, ATTACKER, ATTACKER)  # their subpath: they may rename what it holds
+    real, evil = theirs / "acme--evolve-swap", theirs / "mallory--lookalike"
+    exchange(real, evil)  # what the attacker may do in their own directory
+    hub.reset_stats()
+    wk.declare("victim", "hf://acme/evolve-swap@main", workspaces=["team-a"], subpath="models/victim",
+               owner_name="bob", owner_uid=1001)
+    assert ensure_model("victim") == "Ready"
+    new = wk.registry.get_model("victim").local_paths[0].path
+    assert os.stat(f"{new}/modeling_tiny.py").st_ino != os.stat(real / "modeling_tiny.py").st_ino, \
+        "a sha1-only file was linked from a directory the attacker swapped in"
+    for name in ("modeling_tiny.py", "tokenizer.json"):
+        assert name in fetched(hub, "acme/evolve-swap")
+    assert open(f"{new}/modeling_tiny.py", "rb").read() == code["modeling_tiny.py"]
+
+
+@pytest.mark.parametrize("theirs_by", ["owner", "mode"])
+def test_a_file_checked_only_by_its_git_sha1_is_never_linked_from_a_directory_whose_owner_moved_it_in(wk, hub,
+                                                                                                   theirs_by):
+    """The attacker may rename in two copy directories (they own them, as their job made them; or anyone may write
+    in them, sticky bit unset), whose files are weightkeeper's (as the service's repair writes them): one of the
+    public repository the victim uses, one of a repository of theirs whose code file's git blob sha1 collides with
+    the public one's (simulated: the very bytes). They move that file over the public one's in their other
+    directory: an inode of weightkeeper's alone, writable by no one else, but holding bytes they chose. The victim's
+    new commit fetches that file; it never links it."""
+    code = {"modeling_tiny.py": b"def forward(x):\n    return x\n"}
+    a = hub.add_repo("acme/evolve-moved", {**commit_files("A"), **code})
+    hub.add_repo("acme/evolve-moved", {**commit_files("B", (SHARDS[1], "config.json")), **code})
+    hub.add_repo("mallory/lookalike-moved", {**commit_files("A"), **code})  # the "colliding" repository
+    wk.declare("att-r", f"hf://acme/evolve-moved@{a}", workspaces=["team-a"], subpath="models/att")
+    wk.declare("att-e", "hf://mallory/lookalike-moved", workspaces=["team-a"], subpath="models/att")
+    assert ensure_model("att-r") == "Ready" and ensure_model("att-e") == "Ready"
+    real = wk.volumes["team-a"] / "models" / "att" / "acme--evolve-moved"
+    evil = wk.volumes["team-a"] / "models" / "att" / "mallory--lookalike-moved"
+    for theirs in (real, evil):  # they may rename what these hold
+        os.chown(theirs, ATTACKER, ATTACKER) if theirs_by == "owner" else os.chmod(theirs, 0o777)
+    os.rename(evil / "modeling_tiny.py", real / "modeling_tiny.py")  # what the attacker may do in them
+    hub.reset_stats()
+    wk.declare("victim", "hf://acme/evolve-moved@main", workspaces=["team-a"], subpath="models/victim",
+               owner_name="bob", owner_uid=1001)
+    assert ensure_model("victim") == "Ready"
+    new = wk.registry.get_model("victim").local_paths[0].path
+    assert os.stat(f"{new}/modeling_tiny.py").st_ino != os.stat(real / "modeling_tiny.py").st_ino, \
+        "a sha1-only file was linked from an inode the attacker moved in"
+    assert "modeling_tiny.py" in fetched(hub, "acme/evolve-moved")
+    assert os.stat(f"{new}/{SHARDS[0]}").st_ino == os.stat(real / SHARDS[0]).st_ino  # sha256: still linked
