@@ -931,10 +931,10 @@ MUTATIONS = {
         "        return named(self.other, False)",
         "tests/test_tenancy.py::test_a_path_claim_names_no_model_of_another_user "
         "tests/test_s3.py::test_waiting_on_another_users_deleted_staging_names_no_model_of_theirs"),
-    "repair-shows-one-users-source-to-all": (
+    "repair-tells-one-users-error-to-all": (
         "tasks/verify.py", "registry.set_users(artifact.id, FAILED, others, {source.owner_name: final})",
         "registry.set_users(artifact.id, FAILED, final)",
-        "tests/test_s3.py::test_a_failed_shared_repair_never_shows_one_users_s3_source_to_another"),
+        "tests/test_repair.py::test_a_failed_shared_repair_tells_why_only_to_the_owner_of_the_model_it_fetched_for"),
     "idempotency-key-across-users": (
         "weightkeeper/api.py", "return f\"api/{flow}/{model.name}/{model.id}/{mine}\"",
         "return f\"api/{flow}/{model.name}/{key or uuid.uuid4()}\"",
@@ -1762,6 +1762,9 @@ MUTATIONS = {
     "reuse-seal-ignores-the-mode": (
         "weightkeeper/reuse.py", "    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:\n        return False\n",
         "", "tests/test_reuse.py::test_a_file_checked_only_by_its_git_sha1_is_never_linked_from_a_directory_whose_owner_moved_it_in[mode]"),
+    "s3-commit-of-the-listing-alone": (
+        "weightkeeper/s3.py", "listing = \"\\n\".join([source.uri, *(",
+        "listing = \"\\n\".join([*(", "tests/test_s3.py::test_two_users_s3_sources_that_list_the_same_files_never_share_a_copy"),
 }
 
 

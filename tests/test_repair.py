@@ -45,6 +45,29 @@ def test_a_repaired_shared_copy_never_makes_ready_a_path_whose_link_was_replaced
     assert tree(two) == {"mine.txt": b"mine"}
 
 
+def test_a_failed_shared_repair_tells_why_only_to_the_owner_of_the_model_it_fetched_for(wk, hub):
+    """Alice's and bob's models share a copy; it is damaged and its repair fetches for alice's model, the copy's
+    first (with her token block, were there one), which the Hub refuses. Alice is told why; bob only that the
+    files could not be fetched again from where another user's model gets them."""
+    files = tiny_files("repair-theirs")
+    commit = hub.add_repo("acme/repair-theirs", files)
+    shared = dict(workspaces=["team-a"], download_policy="reuse-if-exists")
+    wk.declare("rt-alice", "hf://acme/repair-theirs", **shared)
+    wk.declare("rt-bob", "hf://acme/repair-theirs", subpath="models/bob", owner_name="bob", owner_uid=1001, **shared)
+    assert ensure_model("rt-alice") == "Ready" and ensure_model("rt-bob") == "Ready"
+    copy = shared_dir(wk, "acme--repair-theirs", commit)
+    os.truncate(copy / SHARD, 10)
+    hub.fail_next(20, 403, repo_id="acme/repair-theirs")
+    try:
+        assert reconcile()[str(copy)] == "failed"
+    finally:
+        hub.clear_faults()
+    alice, bob = wk.registry.get_model("rt-alice"), wk.registry.get_model("rt-bob")
+    assert alice.phase == bob.phase == "Failed"
+    assert alice.message.startswith(f"repair of shared copy {copy} failed: ") and "403" in alice.message
+    assert "from where another user's model gets them" in bob.message and "403" not in bob.message, bob.message
+
+
 @pytest.mark.parametrize("why", ["space", "deadline"])
 def test_a_repair_short_of_space_or_time_waits_and_says_why_to_every_user(wk, hub, why):
     """A shared copy's repair that finds no room on the volume, or runs out of its download time, is no failure of

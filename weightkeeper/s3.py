@@ -263,7 +263,9 @@ def list_source(client, source: S3Source, limits: Limits = Limits(), include: li
                 exclude: list[str] | None = None) -> Snapshot:
     """The files of an S3 source prefix to fetch (`select_files`, as for the Hub), checked.
 
-    Its "commit" is a digest of the listing (keys, sizes, ETags): it changes when the objects do.
+    Its "commit" is a digest of the source's URI and its listing (keys, sizes, ETags): it changes when the objects
+    do, and is never another prefix's, so that a shared copy holds one source's files (MD5s can be made to collide:
+    files a user listed under their prefix never stand in for another's).
     """
     objects = {o["Key"][len(source.prefix):]: o
                for o in _objects(client, source.bucket, source.prefix, source.uri, limits, segments=False)
@@ -284,7 +286,7 @@ def list_source(client, source: S3Source, limits: Limits = Limits(), include: li
                                 "one part (e.g. `aws s3 cp` with a multipart_threshold above its size, up to 5 GiB)",
                                 permanent=True)
         files.append(RemoteFile(name, o.get("Size"), "", md5=plain.group(1)))  # a size checked below
-    listing = "\n".join(f"{f.path}\0{f.size}\0{objects[f.path]['ETag']}" for f in files)
+    listing = "\n".join([source.uri, *(f"{f.path}\0{f.size}\0{objects[f.path]['ETag']}" for f in files)])
     commit = hashlib.sha1(listing.encode()).hexdigest()
     return check_snapshot(Snapshot(source.repo_id, commit, tuple(files), copy_name(commit, include, exclude)),
                           source.uri, limits)
