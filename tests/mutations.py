@@ -434,7 +434,7 @@ MUTATIONS = {
         "tasks/download.py", "        self.most = max(self.most, present)\n", "        self.most = present\n",
         "tests/test_metrics.py::test_a_fetch_counts_the_bytes_it_transferred_even_when_it_fails_and_its_time_only_when_complete"),
     "list-tie-breaker-dropped": (
-        "weightkeeper/registry/listing.py", '"created": (ModelRow.created_at, ModelRow.id),',
+        "weightkeeper/registry/listing.py", '"created": (ModelRow.created_at, ModelRow.name),',
         '"created": (ModelRow.created_at,),',
         "tests/test_listing.py::test_a_cursor_walk_sees_each_model_once_while_models_are_created_and_deleted"),
     "list-visibility-dropped": (
