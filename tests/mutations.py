@@ -1757,7 +1757,7 @@ MUTATIONS = {
         "weightkeeper/reuse.py", "if how == \"hard link\" and not remote.sha256 and not sealed:",
         "if False:", "tests/test_reuse.py::test_a_file_checked_only_by_its_git_sha1_is_never_linked_from_a_directory_its_owner_swapped_in"),
     "reuse-seal-trusts-any-owner": (
-        "weightkeeper/reuse.py", "    return st.st_uid in (0, os.geteuid()) or d.mine(st.st_uid)\n",
+        "weightkeeper/reuse.py", "    return st.st_uid in (0, os.geteuid())\n",
         "    return True\n", "tests/test_reuse.py::test_a_file_checked_only_by_its_git_sha1_is_never_linked_from_a_directory_whose_owner_moved_it_in"),
     "reuse-seal-ignores-the-mode": (
         "weightkeeper/reuse.py", "    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:\n        return False\n",
