@@ -999,7 +999,7 @@ MUTATIONS = {
     "registry-unreachable-traceback": ("weightkeeper/registry/store.py", "    except OperationalError as e:\n        why",
                                        "    except ZeroDivisionError as e:\n        why", "tests/test_cli.py::test_bad_input_gets_one_line_errors"),
     "subpath-unbounded": ("weightkeeper/layout.py", "    if len(subpath) > MAX_SUBPATH:", "    if False:", "tests/test_cli.py::test_bad_input_gets_one_line_errors"),
-    "reconcile-every-zero": ("weightkeeper/cli.py", 'p.add_argument("--every", type=_positive,',
+    "reconcile-every-zero": ("weightkeeper/cli.py", 'p.add_argument("--every", type=_seconds,',
                              'p.add_argument("--every", type=int,', "tests/test_cli.py::test_bad_input_gets_one_line_errors"),
     "runs-outlive-their-worker": (
         "weightkeeper/__init__.py", "if parent := os.environ.get(EXIT_WITH_PARENT_ENV):", "if parent := None:",
@@ -1765,6 +1765,63 @@ MUTATIONS = {
     "s3-commit-of-the-listing-alone": (
         "weightkeeper/s3.py", "listing = \"\\n\".join([source.uri, *(",
         "listing = \"\\n\".join([*(", "tests/test_s3.py::test_two_users_s3_sources_that_list_the_same_files_never_share_a_copy"),
+    "config-relative-config-path": (
+        "weightkeeper/config.py", "config_path = (Path(explicit) if explicit else _default_home() / \"config.toml\").absolute()",
+        "config_path = (Path(explicit) if explicit else _default_home() / \"config.toml\")", "tests/test_config.py::test_the_config_files_path_is_absolute_and_a_file_that_cannot_be_read_is_one_line"),
+    "config-read-oserror-escapes": (
+        "weightkeeper/config.py", "    except OSError as e:  # a directory, unreadable, a loop of links, a name too long, ...",
+        "    except IsADirectoryError as e:  # a directory, unreadable, a loop of links, a name too long, ...", "tests/test_config.py::test_the_config_files_path_is_absolute_and_a_file_that_cannot_be_read_is_one_line"),
+    "config-home-relative": (
+        "weightkeeper/config.py", "if not home.is_absolute() or \"\\0\" in str(home):",
+        "if \"\\0\" in str(home):", "tests/test_config.py::test_home_and_a_sqlite_registry_are_absolute_paths"),
+    "config-sqlite-relative": (
+        "weightkeeper/config.py", "if not database or database == \":memory:\" or not database.startswith(\"/\") or \"\\0\" in database:",
+        "if not database or database == \":memory:\":", "tests/test_config.py::test_home_and_a_sqlite_registry_are_absolute_paths"),
+    "config-seconds-infinite": (
+        "weightkeeper/config.py", "Seconds = Annotated[float, Strict(), Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]",
+        "Seconds = Annotated[float, Strict(), Field(ge=0, le=MAX_SECONDS)]", "tests/test_config.py::test_a_duration_is_a_finite_number_of_seconds_within_ten_years"),
+    "config-seconds-unbounded": (
+        "weightkeeper/config.py", "IntSeconds = Annotated[StrictInt, Field(gt=0, le=MAX_SECONDS)]",
+        "IntSeconds = Annotated[StrictInt, Field(gt=0)]", "tests/test_config.py::test_a_duration_is_a_finite_number_of_seconds_within_ten_years"),
+    "config-seconds-negative": (
+        "weightkeeper/config.py", "Seconds = Annotated[float, Strict(), Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]",
+        "Seconds = Annotated[float, Strict(), Field(le=MAX_SECONDS, allow_inf_nan=False)]", "tests/test_config.py::test_a_duration_is_a_finite_number_of_seconds_within_ten_years"),
+    "config-nul-in-volume": (
+        "weightkeeper/config.py", "posixpath.normpath(value) == value and \"\\0\" not in value",
+        "posixpath.normpath(value) == value", "tests/test_config.py::test_values_that_cannot_work_are_refused_by_name"),
+    "config-token-env-and-digest": (
+        "weightkeeper/config.py", "if \"token_env\" in raw and \"token_sha256\" in raw:",
+        "if False:", "tests/test_config.py::test_values_that_cannot_work_are_refused_by_name"),
+    "config-s3-endpoint-unchecked": (
+        "weightkeeper/config.py", "_checked(lambda v: re.fullmatch(r\"(?i:https?)://[^/?#\\s@]+(/[^?#\\s]*)?\", v),",
+        "_checked(lambda v: True,", "tests/test_config.py::test_values_that_cannot_work_are_refused_by_name"),
+    "cli-undecodable-arguments": (
+        "weightkeeper/cli.py", "if problem := _not_text(args):",
+        "if problem := None:", "tests/test_cli.py::test_arguments_that_are_not_text_or_out_of_range_get_one_line_before_anything_starts"),
+    "cli-undecodable-secret": (
+        "weightkeeper/cli.py", "if not _utf8(value):  # bytes a C locale's stdin decoded as surrogates",
+        "if False:  # bytes a C locale's stdin decoded as surrogates", "tests/test_cli.py::test_arguments_that_are_not_text_or_out_of_range_get_one_line_before_anything_starts"),
+    "cli-port-range": (
+        "weightkeeper/cli.py", "not 1 <= int(value) <= 65535",
+        "not 1 <= int(value) <= 99999", "tests/test_cli.py::test_arguments_that_are_not_text_or_out_of_range_get_one_line_before_anything_starts"),
+    "cli-every-unbounded": (
+        "weightkeeper/cli.py", "if _positive(value) > MAX_SECONDS:",
+        "if _positive(value) > MAX_SECONDS ** 3:", "tests/test_cli.py::test_arguments_that_are_not_text_or_out_of_range_get_one_line_before_anything_starts"),
+    "cli-demo-offline-source": (
+        "weightkeeper/cli.py", "if args.offline and args.source:",
+        "if False:", "tests/test_cli.py::test_arguments_that_are_not_text_or_out_of_range_get_one_line_before_anything_starts"),
+    "serve-sighup-stops-cleanly": (
+        "weightkeeper/serve.py", "    signal.signal(signal.SIGHUP, _hang_up)",
+        "    pass", "tests/test_serve.py::test_a_hang_up_stops_serve_as_sigterm_does"),
+    "serve-api-stop-bounded": (
+        "weightkeeper/serve.py", "timeout_graceful_shutdown=API_STOP_SECONDS",
+        "timeout_graceful_shutdown=None", "tests/test_serve.py::test_a_request_left_open_does_not_keep_serve_from_stopping"),
+    "serve-api-port-checked-first": (
+        "weightkeeper/serve.py", "    if api_port is not None and not port_free(api_port, api_host):",
+        "    if False:", "tests/test_serve.py::test_a_second_serve_on_a_taken_api_port_starts_nothing"),
+    "reconcile-every-runs-end-with-it": (
+        "weightkeeper/cli.py", "            os.environ[EXIT_WITH_PARENT_ENV] = str(os.getpid())",
+        "            pass", "tests/test_serve.py::test_a_pass_of_reconcile_every_ends_with_the_command_even_when_that_is_killed"),
 }
 
 

@@ -452,3 +452,42 @@ def test_a_secret_the_prefect_server_refuses_is_never_quoted_back(wk, monkeypatc
     assert main(["secret", "set", "hf-refused"]) == 1
     out = capsys.readouterr()
     assert "did not save the Secret block 'hf-refused' (HTTP 422)" in out.err and token not in out.err + out.out
+
+
+@pytest.mark.without_prefect_server
+def test_arguments_that_are_not_text_or_out_of_range_get_one_line_before_anything_starts(tmp_path, monkeypatch,
+                                                                                       capsys):
+    """An argument's bytes that are not UTF-8 (surrogates in Python) reached the registry's query (UnicodeEncodeError:
+    a traceback), a token's reached the Prefect server's request; a port past 65535 or an --every past what a
+    schedule holds failed as a traceback only once the server, workers or runner had started."""
+    import io
+
+    from weightkeeper.cli import build_parser, main
+
+    config = tmp_path / "config.toml"
+    config.write_text(f'home = "{tmp_path}"\n')
+    for args in (["model", "get", "\udcff"], ["model", "list", "--search", "a\udcfe"],
+                 ["model", "create", "ok", "--source", "hf://a/b", "--include", "\udcff"]):
+        assert main(["--config", str(config), *args]) == 2
+        err = capsys.readouterr().err
+        assert "is not UTF-8 text" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "registry.db").exists()  # refused before the registry was opened
+
+    class Undecodable(io.StringIO):
+        def read(self, size=-1):
+            raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+
+    for stdin in (Undecodable(), io.StringIO("hf_\udcff\udcfe\n")):
+        monkeypatch.setattr("sys.stdin", stdin)
+        assert main(["--config", str(config), "secret", "set", "hf"]) == 2
+        err = capsys.readouterr().err
+        assert "the value given is not UTF-8 text: not a token" in err and len(err.strip().splitlines()) == 1, err
+    for args, said in [(["serve", "--api-port", "70000"], "'70000' is not a TCP port (1 to 65535)"),
+                       (["serve", "--prefect-port", "-1"], "'-1' is not a TCP port (1 to 65535)"),
+                       (["reconcile", "--every", "99999999999999999999"], "is more than 315360000 seconds")]:
+        with pytest.raises(SystemExit) as e:
+            build_parser().parse_args(args)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and said in err and len(err.strip().splitlines()) == 1, err
+    assert main(["demo", "--offline", "--source", "hf://acme/tiny"]) == 2  # went to the Hub all the same
+    assert "--offline demonstrates the model shipped with weightkeeper" in capsys.readouterr().err

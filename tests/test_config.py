@@ -139,3 +139,75 @@ def test_the_cli_answers_a_wrong_type_with_one_line_and_exit_2(config):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == f"error: {config}: cleanup_retry_seconds must be a number, got 'soon'"
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("cleanup_retry_seconds = inf", "cleanup_retry_seconds must be a finite number, got inf"),
+    ("verify_interval_seconds = nan", "verify_interval_seconds must be a finite number, got nan"),
+    ("stop_timeout_seconds = -1", "stop_timeout_seconds must be 0 or more, got -1"),
+    ("check_interval_seconds = 1e300", "check_interval_seconds must be at most 315360000, got 1e+300"),
+    ("reconcile_interval_seconds = 0", "reconcile_interval_seconds must be positive, got 0"),
+    ("lease_seconds = 99999999999999999999", "lease_seconds must be at most 315360000, got 99999999999999999999"),
+    ("download_timeout_seconds = 315360001", "download_timeout_seconds must be at most 315360000, got 315360001"),
+    ("stall_seconds = 9223372036854775807", "stall_seconds must be at most 315360000, got 9223372036854775807"),
+    ("hub_budget_window_seconds = inf", "hub_budget_window_seconds must be a finite number, got inf"),
+    ("verify_workers = 0", "verify_workers must be 1 or more, got 0"),
+])
+def test_a_duration_is_a_finite_number_of_seconds_within_ten_years(config, text, error):
+    """inf, nan, a negative or a huge duration was accepted, and failed later in a timedelta or a Prefect schedule
+    (OverflowError, ValueError: a traceback in reconcile or serve), or turned a timeout into an instant failure."""
+    assert refused(config, text) == error
+    config.write_text("cleanup_retry_seconds = 0\nverify_interval_seconds = 0\nlease_seconds = 315360000\n")
+    assert load_settings(config).lease_seconds == 315360000
+
+
+def test_home_and_a_sqlite_registry_are_absolute_paths(config, monkeypatch):
+    """The deployed flows' runs start in temporary directories of their own: a relative home or SQLite file would be
+    another, empty one there (models "not found" by every run the API or serve starts)."""
+    for home in ("data", "", "~/wk", "/tmp/a\\u0000b"):
+        assert "home (here or in $WEIGHTKEEPER_HOME) must be an absolute path" in refused(config, f'home = "{home}"')
+    for url in ("sqlite:///registry.db", "sqlite://", "sqlite:///:memory:"):
+        assert refused(config, f'registry_url = "{url}"').startswith("registry_url must name its SQLite file by an "
+                                                                     "absolute path")
+    config.write_text("")
+    monkeypatch.setenv("WEIGHTKEEPER_HOME", "relative")
+    with pytest.raises(ConfigError, match=r"^\$WEIGHTKEEPER_HOME: home .* must be an absolute path, got 'relative'$"):
+        load_settings(config)
+
+
+def test_the_config_files_path_is_absolute_and_a_file_that_cannot_be_read_is_one_line(config, monkeypatch):
+    """A relative --config was handed as it was to the flows (whose runs start elsewhere, finding no file); a name too
+    long or a loop of links was an OSError (exit 1, not naming the config), a loop "did not exist"."""
+    config.write_text('\ufefflease_seconds = 7\n')  # an editor's byte order mark
+    monkeypatch.chdir(config.parent)
+    settings = load_settings("config.toml")
+    assert settings.config_path == config and settings.config_path.is_absolute() and settings.lease_seconds == 7
+    loop = config.parent / "loop.toml"
+    loop.symlink_to(loop)
+    for path, why in [(config.parent, "Is a directory"), (loop, "Too many levels of symbolic links"),
+                      (config.parent / ("x" * 300), "File name too long"),
+                      ("/dev/zero", f"larger than {16 << 20} bytes")]:
+        with pytest.raises(ConfigError) as e:
+            load_settings(path)
+        assert str(e.value) == f"cannot read config {path}: {why}"
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ('[[workspaces]]\nname = "w"\nvolume = "/mnt/a\\u0000b"', "workspace 'w' volume '/mnt/a\\x00b' must be an "
+                                                              "absolute, clean path"),
+    ('[[workspaces]]\nname = "w"\nvolume = "/a"\n[[workspaces]]\nname = "w"\nvolume = "/b"',
+     "workspace names must be unique: 'w' is named more than once"),
+    ('[[users]]\nname = "u"\nuid = 1\ntoken_env = "T"\n[[users]]\nname = "u"\nuid = 2\ntoken_env = "S"',
+     "user names must be unique: 'u' is named more than once"),
+    (f'[[users]]\nname = "u"\nuid = 1\ntoken_env = "T"\ntoken_sha256 = "{"a" * 64}"',
+     "user 'u' needs token_env or token_sha256, not both"),
+    ('[[users]]\nname = "u v\\n"\nuid = 1\ntoken_env = "T"',
+     "user 'u v\\n' name 'u v\\n' must be one word of printable characters"),
+    ('[s3]\nbucket = "weights"\nendpoint_url = "minio:9000"',
+     "[s3] endpoint_url 'minio:9000' must be an http:// or https:// URL such as http://minio:9000, without user or "
+     "password"),
+])
+def test_values_that_cannot_work_are_refused_by_name(config, text, error):
+    """Each was accepted: a NUL in a volume (ValueError at the first os call), a token_env silently winning over a
+    token_sha256, a user name that splits a log line, an S3 endpoint boto3 refuses only when a model needs it."""
+    assert refused(config, text) == error

@@ -380,3 +380,116 @@ def test_workers_already_started_are_stopped_when_serve_is_interrupted_starting_
         for proc in started:
             proc.kill()
             proc.wait()
+
+
+def test_a_hang_up_stops_serve_as_sigterm_does(wk, tmp_path):
+    """SIGHUP (the terminal serve runs in closes, or a supervisor's reload signal) stops serve as SIGTERM does: it
+    exits 0 once its workers are gone, instead of dying on the spot and leaving them to their parent watch."""
+    with serving(wk, tmp_path, workspaces=wk._workspaces[:1], work_pool="hang-up") as (serve, _):
+        workers = children(serve.pid)
+        assert workers
+        try:
+            serve.send_signal(signal.SIGHUP)
+            assert serve.wait(90) == 0
+            assert [w for w in workers if not gone(w)] == []  # stopped by serve, not later by their own watch
+        finally:
+            for worker in workers:
+                end(worker)
+
+
+SLOW_PASS = """import sys, time
+from prefect import flow
+import weightkeeper.flows.reconcile as module
+
+
+@flow(name="orphan-check-pass")
+def slow():  # a pass that takes its time (verifying a large copy, say)
+    print("pass running", flush=True)
+    time.sleep(600)
+
+
+module.reconcile = slow  # what `reconcile --every` serves
+if __name__ == "__main__":
+    from weightkeeper.cli import main
+
+    sys.exit(main(["reconcile", "--every", "3600"]))
+"""
+
+
+def test_a_pass_of_reconcile_every_ends_with_the_command_even_when_that_is_killed(wk, tmp_path):
+    """`weightkeeper reconcile --every` killed (SIGKILL, or SIGHUP: no cleanup runs) while Prefect's runner has a pass
+    running in a process of its own: that process stops too, instead of going on verifying and repairing, unseen."""
+    from prefect.client.orchestration import get_client
+
+    script = tmp_path / "slow_reconcile.py"
+    script.write_text(SLOW_PASS)
+    with open(tmp_path / "cli.out", "w") as out:
+        cli = subprocess.Popen([sys.executable, str(script)], stdout=out, stderr=subprocess.STDOUT,
+                               env=dict(os.environ, WEIGHTKEEPER_CONFIG=str(wk.config),
+                                        PREFECT_RUNNER_POLL_FREQUENCY="1"), start_new_session=True)
+    runs: list[int] = []
+    try:
+        with get_client(sync_client=True) as client:
+            deployment = wait_until(lambda: _deployment(client, "orphan-check-pass/reconcile"), 120,
+                                    "the served deployment")
+            client.create_flow_run_from_deployment(deployment.id)
+        wait_until(lambda: "pass running" in (tmp_path / "cli.out").read_text(), 120, "the pass to run")
+        runs = [pid for pid in children(cli.pid) if b"resource_tracker" not in
+                open(f"/proc/{pid}/cmdline", "rb").read()]
+        assert runs, "no run process under the command"
+        cli.send_signal(signal.SIGKILL)
+        cli.wait()
+        wait_until(lambda: all(gone(run) for run in runs), 75, "the orphaned pass to end")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(cli.pid, signal.SIGKILL)
+        cli.wait()
+        for run in runs:
+            end(run)
+        with contextlib.suppress(Exception), get_client(sync_client=True) as client:
+            client.delete_deployment(client.read_deployment_by_name("orphan-check-pass/reconcile").id)
+
+
+def _deployment(client, name: str):
+    try:
+        return client.read_deployment_by_name(name)
+    except Exception:  # noqa: BLE001 - not there yet
+        return None
+
+
+def test_a_request_left_open_does_not_keep_serve_from_stopping(wk, tmp_path):
+    """Anyone reaching the API (no token needed) sends a request's headers and the start of its body, then nothing:
+    SIGTERM still stops serve and its workers within seconds (the request cancelled after API_STOP_SECONDS), instead
+    of waiting for that client forever while its supervisor waits for serve."""
+    import time
+
+    from weightkeeper.serve import API_STOP_SECONDS
+
+    with serving(wk, tmp_path, workspaces=wk._workspaces[:1], work_pool="left-open") as (serve, api):
+        workers = children(serve.pid)
+        with socket.create_connection(("127.0.0.1", api.base_url.port)) as held:
+            held.sendall(b"POST /api/v1/models HTTP/1.1\r\nHost: api\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 1000\r\n\r\n{")
+            time.sleep(1)  # the request is under way, its body awaited
+            started = time.monotonic()
+            serve.send_signal(signal.SIGTERM)
+            assert serve.wait(API_STOP_SECONDS + 40) == 0
+            assert time.monotonic() - started < API_STOP_SECONDS + 30
+        assert [w for w in workers if not gone(w)] == []
+
+
+def test_a_second_serve_on_a_taken_api_port_starts_nothing(wk, tmp_path):
+    """A second `serve` while one runs (here: its API port taken) is refused before it starts anything, instead of
+    starting a Prefect server and workers on the first one's databases, which could take its runs, only to stop
+    them all once the API finds its port taken."""
+    write_config(wk, workspaces=wk._workspaces[:1], work_pool="taken-api")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        second = subprocess.run([sys.executable, "-m", "weightkeeper.cli", "serve", "--api-port", str(port)],
+                                env=dict(os.environ, WEIGHTKEEPER_CONFIG=str(wk.config)), capture_output=True,
+                                text=True, timeout=120)
+    assert second.returncode == 1 and f"cannot listen on 127.0.0.1:{port} for the API" in second.stderr, \
+        second.stdout + second.stderr
+    assert not list((wk.root / "logs").glob("worker-*.log"))  # no worker was started

@@ -22,11 +22,12 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 from rich.table import Table
 from sqlalchemy.exc import DBAPIError
 
-from weightkeeper.config import Settings, load_settings
+from weightkeeper.config import MAX_SECONDS, Settings, load_settings
 from weightkeeper.context import use
 from weightkeeper.errors import (ConfigError, ConflictError, InvalidInputError, NotFoundError, WeightkeeperError,
                                  redact_urls)
 from weightkeeper.phase import Phase
+from weightkeeper import EXIT_WITH_PARENT_ENV
 from weightkeeper.prefectserver import prefect_api
 from weightkeeper.kube import REGISTRY_ENV
 from weightkeeper.layout import MODEL_NAME
@@ -309,8 +310,22 @@ def cmd_model_list(args, settings: Settings) -> int:
 
 
 def _positive(value: str) -> int:
-    if not value.isdigit() or int(value) < 1:
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
         raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of at least 1")
+    return int(value)
+
+
+def _seconds(value: str) -> int:
+    """An interval: a whole number of seconds, at most MAX_SECONDS (more overflows Prefect's schedule)."""
+    if _positive(value) > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{value!r} is more than {MAX_SECONDS} seconds (ten years)")
+    return int(value)
+
+
+def _port(value: str) -> int:
+    """A TCP port to listen on: found wrong before anything is started, not by the server at the end."""
+    if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a TCP port (1 to 65535)")
     return int(value)
 
 
@@ -371,9 +386,16 @@ def _read_secret(name: str) -> str:
     if sys.stdin.isatty():
         value = getpass.getpass(f"value of the Secret block {name!r} (not shown): ")
     else:
-        value = sys.stdin.read(SECRET_BYTES + 1)
+        try:
+            value = sys.stdin.read(SECRET_BYTES + 1)
+        except UnicodeDecodeError:  # not shown: a token with a wrong byte is still most of a token
+            raise InvalidInputError(f"the value given is not UTF-8 text: not a token (`weightkeeper secret set "
+                                    f"{name} < token-file`, the file holding the token alone)") from None
         if len(value) > SECRET_BYTES:
             raise InvalidInputError(f"the value on stdin is longer than {SECRET_BYTES} characters: not a token")
+    if not _utf8(value):  # bytes a C locale's stdin decoded as surrogates
+        raise InvalidInputError(f"the value given is not UTF-8 text: not a token (`weightkeeper secret set {name} "
+                                "< token-file`, the file holding the token alone)")
     value = value.strip()
     if not value or len(value.split()) > 1:
         raise InvalidInputError("give the token as one line without spaces on stdin (e.g. `weightkeeper secret set "
@@ -413,6 +435,9 @@ def cmd_reconcile(args, settings: Settings) -> int:
         if args.every:
             if settings.config_path:  # Prefect's runner starts each run in a process of its own, from this environment
                 os.environ["WEIGHTKEEPER_CONFIG"] = str(settings.config_path)
+            # ...which ends with this one, as a serve worker's runs do: killed (SIGKILL, SIGHUP), this command would
+            # leave a pass running on its own, verifying and repairing with no one to report to
+            os.environ[EXIT_WITH_PARENT_ENV] = str(os.getpid())
             reconcile.serve(name="reconcile", interval=args.every, limit=1)  # passes never overlap
             return 0
         outcomes = run_here(reconcile)
@@ -448,6 +473,8 @@ def cmd_demo(args) -> int:
     """On a config of its own (`demo.demo_settings`): the user's, and the registry it names, are never read."""
     from weightkeeper.demo import run_demo
 
+    if args.offline and args.source:  # the demo would go to the Hub for it all the same
+        raise InvalidInputError("--offline demonstrates the model shipped with weightkeeper; it takes no --source")
     return run_demo(source=args.source, offline=args.offline)
 
 
@@ -532,16 +559,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_secret_set)
 
     p = sub.add_parser("reconcile", help="verify every copy, repair damage, collect unused shared copies")
-    p.add_argument("--every", type=_positive, metavar="SECONDS", help="serve it as a scheduled deployment instead")
+    p.add_argument("--every", type=_seconds, metavar="SECONDS", help="serve it as a scheduled deployment instead")
     p.set_defaults(func=cmd_reconcile)
 
     p = sub.add_parser("serve", help="serve every deployment, their work pools' workers and the REST API")
-    p.add_argument("--prefect-port", type=int, default=4200, help="port of the Prefect server started when "
+    p.add_argument("--prefect-port", type=_port, default=4200, help="port of the Prefect server started when "
                    "PREFECT_API_URL is not set (default 4200)")
     p.add_argument("--prefect-host", help="address that Prefect server listens on (default 127.0.0.1); it requires "
                    "the credential in $WEIGHTKEEPER_HOME/prefect-auth or $PREFECT_API_AUTH_STRING")
     p.add_argument("--api-host", default="127.0.0.1")
-    p.add_argument("--api-port", type=int, default=8470)
+    p.add_argument("--api-port", type=_port, default=8470)
     p.add_argument("--no-api", action="store_true", help="serve the deployments only")
     p.set_defaults(func=cmd_serve)
 
@@ -562,6 +589,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--offline", action="store_true", help="do not try the Hugging Face Hub")
     p.set_defaults(func=cmd_demo)
     return parser
+
+
+def _utf8(text: str) -> bool:
+    """Whether `text` is text: an argument's bytes that are not UTF-8 come as surrogates, which no database, JSON or
+    Prefect block takes."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _not_text(args) -> str | None:
+    """The first argument (but --config, a file's name: any bytes) whose bytes are not UTF-8, as an error line."""
+    for key, value in vars(args).items():
+        for item in value if isinstance(value, list) else [value]:
+            if key != "config" and isinstance(item, str) and not _utf8(item):
+                return f"{key.replace('_', '-')} {item!r} is not UTF-8 text: give it as typed, in a UTF-8 locale"
+    return None
 
 
 def _error(message: str, code: int) -> int:
@@ -591,6 +637,8 @@ def _reader_left() -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if problem := _not_text(args):
+        return _error(problem, 2)
     try:
         if args.func is cmd_demo:
             return cmd_demo(args)

@@ -88,6 +88,8 @@ from weightkeeper.layout import BUCKET, MODEL_NAME, SEGMENT
 
 DOWNLOAD_LIMIT_NAME = "weightkeeper-downloads"
 MAX_DOWNLOAD_SLOTS = 10_000  # max_concurrent_downloads at most
+MAX_SECONDS = 10 * 365 * 86400  # any duration setting at most (ten years; more overflows dates and timeouts)
+MAX_CONFIG_BYTES = 16 << 20  # the config file at most
 DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 REDIRECT_HOST = re.compile(r"([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?")
 LOCAL_POOL = "weightkeeper-local"
@@ -129,7 +131,7 @@ def _non_empty(value: str) -> str:
 
 
 def _clean_path(value: str) -> bool:
-    return value.startswith("/") and posixpath.normpath(value) == value
+    return value.startswith("/") and posixpath.normpath(value) == value and "\0" not in value
 
 
 def _plain(segment: str) -> bool:
@@ -147,6 +149,10 @@ def _s3_prefix(uri: str) -> str:
 
 # Strict types: a wrong type is refused, never converted (`true` is not 1, "30" is not 30); an int is a number.
 Number = Annotated[float, Strict()]
+# A duration: a finite number of seconds, 0 to MAX_SECONDS (inf, nan, a negative or a huge one fail only later,
+# in a timedelta or a timeout, as a traceback).
+Seconds = Annotated[float, Strict(), Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
+IntSeconds = Annotated[StrictInt, Field(gt=0, le=MAX_SECONDS)]
 Text = Annotated[StrictStr, AfterValidator(_non_empty)]
 Name = Annotated[StrictStr, _checked(MODEL_NAME.fullmatch, "lowercase letters, digits and '-'")]
 CleanPath = Annotated[StrictStr, _checked(_clean_path, "an absolute, clean path")]
@@ -223,7 +229,9 @@ class S3Settings:
     prefix: Annotated[StrictStr, _checked(lambda v: all(_plain(p) for p in v.split("/")),
                                           "one or more plain segments like 'weightkeeper' or 'team/models' "
                                           "(no leading or trailing '/')")] = "weightkeeper"
-    endpoint_url: Text | None = None
+    endpoint_url: Annotated[Text, _checked(lambda v: re.fullmatch(r"(?i:https?)://[^/?#\s@]+(/[^?#\s]*)?", v),
+                                           "an http:// or https:// URL such as http://minio:9000, without user "
+                                           "or password")] | None = None
     region: Text | None = None
     credentials_block: Text | None = None  # a prefect-aws AwsCredentials block (or, deprecated, a Secret of JSON)
     enabled: StrictBool = True
@@ -233,7 +241,8 @@ class S3Settings:
 class User:
     """An API user; only the sha256 of the token is kept. Admins may name any token block and S3 source."""
 
-    name: Text
+    name: Annotated[Text, _checked(lambda v: v.isprintable() and len(v.split()) == 1,
+                                   "one word of printable characters")]  # messages and logs quote it
     uid: Annotated[StrictInt, Field(ge=0, lt=2**32 - 1)]  # a uid of the kernel (2**32 - 1 means none)
     token_sha256: Digest | None = Field(repr=False)  # None: its token_env is not set here (cannot log in)
     admin: StrictBool = False
@@ -248,6 +257,8 @@ class User:
         user just cannot log in there); only its sha256 is kept."""
         if not isinstance(raw, dict):
             return raw
+        if "token_env" in raw and "token_sha256" in raw:
+            raise ValueError("needs token_env or token_sha256, not both")
         if "token_env" in raw:
             raw = dict(raw)
             variable = raw.pop("token_env")
@@ -286,33 +297,33 @@ class Settings(BaseSettings):
                                                             "/registry.db")
     workspaces: Annotated[tuple[Workspace, ...], Items] = ()
     max_concurrent_downloads: StrictInt = 4  # negative: unlimited
-    download_timeout_seconds: Annotated[StrictInt, Field(gt=0)] = 10800
+    download_timeout_seconds: IntSeconds = 10800
     hf_endpoint: Text | None = Field(default_factory=lambda: os.environ.get("HF_ENDPOINT") or None)
-    lease_seconds: Annotated[StrictInt, Field(gt=0)] = 60
-    cleanup_retry_seconds: Number = 30
-    cleanup_retry_max_seconds: Number = 600
-    stop_timeout_seconds: Number = 600
-    verify_interval_seconds: Number = 86400
-    check_interval_seconds: Number = 300  # a copy's cheap (size) check in reconcile, at most this far apart
-    hub_unreachable_seconds: Number = 1800
-    track_interval_seconds: Annotated[Number, Field(ge=0)] = 3600  # a tracked model's branch head, asked this often
-    track_grace_seconds: Annotated[Number, Field(ge=0)] = 600  # a switched-from revision's copy is kept this long
-    verify_workers: StrictInt = 4
+    lease_seconds: IntSeconds = 60
+    cleanup_retry_seconds: Seconds = 30
+    cleanup_retry_max_seconds: Seconds = 600
+    stop_timeout_seconds: Seconds = 600
+    verify_interval_seconds: Seconds = 86400
+    check_interval_seconds: Seconds = 300  # a copy's cheap (size) check in reconcile, at most this far apart
+    hub_unreachable_seconds: Seconds = 1800
+    track_interval_seconds: Seconds = 3600  # a tracked model's branch head, asked this often
+    track_grace_seconds: Seconds = 600  # a switched-from revision's copy is kept this long
+    verify_workers: Annotated[StrictInt, Field(ge=1)] = 4
     free_space_margin_bytes: Annotated[StrictInt, Field(ge=0)] = 1 << 30  # a download leaves this much free
     max_file_bytes: Annotated[StrictInt, Field(ge=0)] = 2 << 40  # the largest file a source may list
     max_manifest_files: Annotated[StrictInt, Field(gt=0)] = 100_000  # the most files a repo or prefix may list
     min_download_bytes_per_second: Annotated[StrictInt, Field(ge=0)] = 1024  # slower over stall_seconds fails
-    stall_seconds: Annotated[StrictInt, Field(gt=0)] = 60
+    stall_seconds: IntSeconds = 60
     # `host` or `host:port` a Hub download may be redirected to
     hub_redirect_hosts: Annotated[tuple[StrictStr, ...], Items] = ()
     # the Hub request budget shared by every worker, per endpoint and token (defaults: a free token's)
     hub_api_requests_per_5min: Annotated[StrictInt, Field(gt=0)] = 1000  # /api/... calls
     hub_resolve_requests_per_5min: Annotated[StrictInt, Field(gt=0)] = 5000  # /resolve/ requests
-    hub_budget_window_seconds: Annotated[Number, Field(gt=0)] = 300  # advanced: the Hub's window (tests)
+    hub_budget_window_seconds: Annotated[Seconds, Field(gt=0)] = 300  # advanced: the Hub's window (tests)
     s3: S3Settings | None = None
     work_pool: Name = LOCAL_POOL
     worker_run_limit: Annotated[StrictInt, Field(gt=0)] = 8  # runs each of serve's workers executes at once
-    reconcile_interval_seconds: Number = 60
+    reconcile_interval_seconds: Annotated[Seconds, Field(gt=0)] = 60
     users: Annotated[tuple[User, ...], Items] = Field((), repr=False)
     metrics_token_sha256: Digest | None = Field(None, repr=False)  # a token that may read /metrics, nothing else
     _config_path: Path | None = PrivateAttr(None)
@@ -330,6 +341,33 @@ class Settings(BaseSettings):
         if limit > MAX_DOWNLOAD_SLOTS:
             raise ValueError(f"must be at most {MAX_DOWNLOAD_SLOTS}, got {limit}; a negative limit means unlimited")
         return limit
+
+    @field_validator("home")
+    @classmethod
+    def _home(cls, home: Path) -> Path:
+        """Runs of the deployed flows start in directories of their own: a relative home would be another one there."""
+        if not home.is_absolute() or "\0" in str(home):
+            raise ValueError(f"(here or in $WEIGHTKEEPER_HOME) must be an absolute path, got {str(home)!r}")
+        return home
+
+    @field_validator("registry_url")
+    @classmethod
+    def _registry_file(cls, url: str) -> str:
+        """A SQLite registry is one file every process opens: never one in memory, nor one relative to where a process
+        starts (flow runs start in directories of their own, and would each make an empty registry there)."""
+        if not url.lower().startswith("sqlite"):
+            return url
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            database = make_url(url).database
+        except (ArgumentError, ValueError):
+            return url  # refused, naming the URL, where the registry is opened
+        if not database or database == ":memory:" or not database.startswith("/") or "\0" in database:
+            raise ValueError("must name its SQLite file by an absolute path, like sqlite:////var/lib/weightkeeper/"
+                             "registry.db (a relative one, or one in memory, is another registry in each process)")
+        return url
 
     @field_validator("hf_endpoint")
     @classmethod
@@ -352,10 +390,14 @@ class Settings(BaseSettings):
     def _consistent(self) -> Settings:
         workspaces = self.workspaces
         if len({w.name for w in workspaces}) != len(workspaces):
-            raise ValueError("workspace names must be unique")
+            twice = sorted({w.name for w in workspaces if [o.name for o in workspaces].count(w.name) > 1})
+            raise ValueError(f"workspace names must be unique: {', '.join(map(repr, twice))} is named more than once")
         digests = [d for d in (*(u.token_sha256 for u in self.users), self.metrics_token_sha256) if d]
-        if len({u.name for u in self.users}) != len(self.users) or len(set(digests)) != len(digests):
-            raise ValueError("user names and tokens must be unique")
+        names = [u.name for u in self.users]
+        if twice := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"user names must be unique: {', '.join(map(repr, twice))} is named more than once")
+        if len(set(digests)) != len(digests):  # which tokens is not said: a message never hints at one
+            raise ValueError("user tokens must be unique: two users, or a user and metrics_token_sha256, have one token")
         for w in workspaces:
             if not w.public and not w.owner:
                 raise ValueError(f"private workspace {w.name!r} needs an owner")
@@ -469,11 +511,14 @@ def _one_line(error: ValidationError, raw: dict, path: Path) -> str:
     elif kind == "missing":
         problem = "is required"
     elif kind in ("greater_than", "greater_than_equal"):
-        problem = "must be positive" if kind == "greater_than" else f"must be {first['ctx']['ge']} or more"
+        problem = "must be positive" if kind == "greater_than" else f"must be {first['ctx']['ge']:g} or more"
         problem += f", got {value!r}"
     elif kind in ("less_than", "less_than_equal"):
         bound = first["ctx"]["lt"] if kind == "less_than" else first["ctx"]["le"]
+        bound = int(bound) if isinstance(bound, float) and bound.is_integer() else bound
         problem = f"must be {'less than' if kind == 'less_than' else 'at most'} {bound}, got {value!r}"
+    elif kind == "finite_number":
+        problem = f"must be a finite number, got {value!r}"
     elif kind == "string_too_short":
         problem = "must be a non-empty string"
     elif expected := EXPECTED.get(kind.split("_")[0]):
@@ -488,20 +533,29 @@ def _one_line(error: ValidationError, raw: dict, path: Path) -> str:
 def load_settings(path: str | os.PathLike | None = None) -> Settings:
     """Read settings from `path`, `$WEIGHTKEEPER_CONFIG` or `<home>/config.toml`."""
     explicit = path or os.environ.get(f"{ENV_PREFIX}CONFIG")
-    config_path = Path(explicit) if explicit else _default_home() / "config.toml"
+    # absolute: the flow runs it is handed to start in directories of their own
+    config_path = (Path(explicit) if explicit else _default_home() / "config.toml").absolute()
     raw: dict = {}
-    if config_path.exists():
-        try:
-            raw = tomllib.loads(config_path.read_text())
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-            raise ConfigError(f"cannot read config {config_path}: {e}") from None
-    elif explicit:
-        raise ConfigError(f"config file {config_path} does not exist")
+    found = False
+    try:
+        with open(config_path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+        found = True
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"cannot read config {config_path}: larger than {MAX_CONFIG_BYTES} bytes")
+        raw = tomllib.loads(data.decode("utf-8-sig"))  # an editor's byte order mark is no TOML
+    except FileNotFoundError:
+        if explicit:
+            raise ConfigError(f"config file {config_path} does not exist") from None
+    except OSError as e:  # a directory, unreadable, a loop of links, a name too long, ...
+        raise ConfigError(f"cannot read config {config_path}: {e.strerror or type(e).__name__}") from None
+    except ValueError as e:  # not UTF-8 (UnicodeDecodeError), not TOML (TOMLDecodeError), a NUL in the path
+        raise ConfigError(f"cannot read config {config_path}: {e}") from None
     if private := sorted(key for key in raw if key.startswith("_")):  # BaseSettings' own arguments
         raise ConfigError(f"{config_path}: unknown keys {private}")
     try:
         settings = Settings(**raw)
     except ValidationError as e:
         raise ConfigError(_one_line(e, raw, config_path)) from None
-    settings._config_path = config_path if config_path.exists() else None
+    settings._config_path = config_path if found else None
     return settings

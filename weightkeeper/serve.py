@@ -19,9 +19,10 @@ import time
 from weightkeeper.config import Settings
 from weightkeeper.errors import InvalidInputError, WeightkeeperError
 from weightkeeper import EXIT_WITH_PARENT_ENV
-from weightkeeper.prefectserver import AUTH_ENV, AUTH_FILE, LOOPBACK, prefect_api, spawn, stop
+from weightkeeper.prefectserver import AUTH_ENV, AUTH_FILE, LOOPBACK, port_free, prefect_api, spawn, stop
 
 WORKER_QUERY_SECONDS = 2  # Prefect's default, 10 s, leaves a freed run slot idle that long
+API_STOP_SECONDS = 10  # requests still open this long after a stop signal are cancelled (a client may never finish one)
 
 
 def start_workers(settings: Settings) -> list[subprocess.Popen]:
@@ -59,12 +60,20 @@ def _stop_signal(signum, frame) -> None:
     sys.exit(0)
 
 
+def _hang_up(signum, frame) -> None:
+    """SIGHUP (its terminal closed, a supervisor's reload) stops serve as SIGTERM does, through whatever handles SIGTERM
+    now (uvicorn's while the API runs, which hands it on to `_stop_signal`): by default it would kill serve on the spot,
+    no `finally` run, its workers and Prefect server left to their parent watch."""
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _serve_api(app, host: str, port: int, workers: list[subprocess.Popen], logs) -> None:
     """The API in the foreground until interrupted, or until a worker exits: then serve exits with an error (nothing
     would run what the API starts), for its supervisor to start it again."""
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info"))
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info",
+                                           timeout_graceful_shutdown=API_STOP_SECONDS))
 
     def watch() -> None:
         while not server.should_exit:
@@ -91,10 +100,14 @@ def serve(settings: Settings, port: int, api_host: str, api_port: int | None, pr
     if PREFECT_API_URL.value() and prefect_host:
         raise InvalidInputError("--prefect-host sets up the Prefect server that serve starts, but PREFECT_API_URL "
                                 "names one: unset it, or drop the option")
+    if api_port is not None and not port_free(api_port, api_host):  # found last, it would stop all started before
+        raise WeightkeeperError(f"cannot listen on {api_host}:{api_port} for the API (in use: another serve?); stop "
+                                "what listens there, or pick another --api-port")
     # A supervisor stops services with SIGTERM; make it unwind the `finally`s so no worker or server is left
     # behind (uvicorn re-raises the signal after its own shutdown, which would otherwise kill us on the spot).
     signal.signal(signal.SIGTERM, _stop_signal)
     signal.signal(signal.SIGINT, _stop_signal)
+    signal.signal(signal.SIGHUP, _hang_up)
     note = _credential_note(settings, bool(PREFECT_API_URL.value()))  # before prefect_api sets $PREFECT_API_AUTH_STRING
     logs = settings.home / "logs"
     with prefect_api(settings.home, port, prefect_host or LOOPBACK) as url:
