@@ -1755,13 +1755,13 @@ MUTATIONS = {
         "\"created\": [model.created_at.isoformat(), model.id],\n            \"size\": [model.size_bytes, model.id]}", "tests/test_listing.py::test_a_cursor_holds_only_the_users_own_models_so_no_count_of_others_private_ones"),
     "reuse-sha1-linked-from-an-unsealed-directory": (
         "weightkeeper/reuse.py", "if how == \"hard link\" and not remote.sha256 and not sealed:",
-        "if False:", "tests/test_reuse.py::test_a_file_checked_only_by_its_git_sha1_is_never_linked_from_a_directory_its_owner_swapped_in"),
+        "if False:", "tests/test_reuse.py::test_a_file_checked_only_by_its_git_sha1_is_never_linked_from_where_a_user_may_rename[swapped-in]"),
     "reuse-seal-trusts-any-owner": (
         "weightkeeper/reuse.py", "    return st.st_uid in (0, os.geteuid())\n",
-        "    return True\n", "tests/test_reuse.py::test_a_file_checked_only_by_its_git_sha1_is_never_linked_from_a_directory_whose_owner_moved_it_in"),
+        "    return True\n", "tests/test_reuse.py::test_a_file_checked_only_by_its_git_sha1_is_never_linked_from_where_a_user_may_rename[moved-in-by-owner]"),
     "reuse-seal-ignores-the-mode": (
         "weightkeeper/reuse.py", "    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:\n        return False\n",
-        "", "tests/test_reuse.py::test_a_file_checked_only_by_its_git_sha1_is_never_linked_from_a_directory_whose_owner_moved_it_in[mode]"),
+        "", "tests/test_reuse.py::test_a_file_checked_only_by_its_git_sha1_is_never_linked_from_where_a_user_may_rename[moved-in-by-mode]"),
     "s3-commit-of-the-listing-alone": (
         "weightkeeper/s3.py", "listing = \"\\n\".join([source.uri, *(",
         "listing = \"\\n\".join([*(", "tests/test_s3.py::test_two_users_s3_sources_that_list_the_same_files_never_share_a_copy"),

@@ -2,9 +2,9 @@
 
 A page is the next `limit` models after the cursor's position in a stable order: the sort key, then the model
 name where the key is not unique (never its id: ids count every model declared, so a cursor holding one would tell
-a user how many models others declared between two of theirs). Who may see a model is decided in SQL (the rule of `tenancy.visible`), so a
-page is full and a cursor walk never skips or repeats a model that stays. The cursor is opaque: urlsafe
-base64 of JSON holding the sort, a hash of the filters, and the last model's key.
+a user how many models others declared between two of theirs). Who may see a model is decided in SQL (the rule of
+`tenancy.visible`), so a page is full and a cursor walk never skips or repeats a model that stays. The cursor is
+opaque: urlsafe base64 of JSON holding the sort, a hash of the filters, and the last model's key.
 """
 
 from __future__ import annotations
