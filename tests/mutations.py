@@ -1754,8 +1754,8 @@ MUTATIONS = {
         "weightkeeper/registry/listing.py", "\"created\": [model.created_at.isoformat(), model.name],\n            \"size\": [model.size_bytes, model.name]}",
         "\"created\": [model.created_at.isoformat(), model.id],\n            \"size\": [model.size_bytes, model.id]}", "tests/test_listing.py::test_a_cursor_holds_only_the_users_own_models_so_no_count_of_others_private_ones"),
     "reuse-sha1-linked-from-an-unsealed-directory": (
-        "weightkeeper/reuse.py", "if how == \"hard link\" and not remote.sha256 and not sealed:",
-        "if False:", "tests/test_reuse.py::test_a_file_checked_only_by_its_git_sha1_is_never_linked_from_where_a_user_may_rename[swapped-in]"),
+        "weightkeeper/reuse.py", "if not (remote.sha256 or sealed):  # weightkeeper's inode",
+        "if False:  # weightkeeper's inode", "tests/test_reuse.py::test_a_file_checked_only_by_its_git_sha1_is_never_linked_from_where_a_user_may_rename[swapped-in]"),
     "reuse-seal-trusts-any-owner": (
         "weightkeeper/reuse.py", "    return st.st_uid in (0, os.geteuid())\n",
         "    return True\n", "tests/test_reuse.py::test_a_file_checked_only_by_its_git_sha1_is_never_linked_from_where_a_user_may_rename[moved-in-by-owner]"),

@@ -116,7 +116,7 @@ def _open_source(where: str, volumes: list[VolumeRule]) -> tuple[Dir, bool]:
         return _descend(root, volume_of(where, [volume])[1], _sealed(root))
 
 
-def _put(target: Dir, source: Dir, source_path: str, remote: RemoteFile, room: Room, sealed: bool = True) -> \
+def _put(target: Dir, source: Dir, source_path: str, remote: RemoteFile, room: Room, sealed: bool) -> \
         str | None:
     """Put `source_path` of `source` at `remote.path` in `target` if it is `remote`'s content: how, or None.
     `sealed`: no one else could have put what stands in `source` there (`_open_source`)."""
@@ -130,7 +130,7 @@ def _put(target: Dir, source: Dir, source_path: str, remote: RemoteFile, room: R
         how, fd = scratch.take(src, src_name, tmp, remote.size, room, others=bool(remote.sha256),
                                owner=os.fstat(source.fd).st_uid)
         try:
-            if how == "hard link" and not remote.sha256 and not sealed:  # weightkeeper's inode, but which?
+            if not (remote.sha256 or sealed):  # weightkeeper's inode, but which? Neither linked nor copied
                 raise UnsafePathError(f"refusing {src.path(src_name)}: someone else may rename in a directory on its "
                                       "way, so it may be another inode of weightkeeper's put there (holding bytes of a "
                                       "repository they chose), and its git blob sha1 would not tell a planted "
