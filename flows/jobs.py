@@ -240,13 +240,19 @@ def run_path_jobs(flow: str, name: str, paths: list[LocalPath], here: bool = Fal
 
 def _record(registry: Registry, name: str, failure: JobFailure) -> None:
     """Fail the path of a child that could not say why itself (crashed, never started, cut off), unless
-    another run works on the path now; an abandoned lease is taken away with it."""
-    path = next((p for p in registry.get_model(name).local_paths if p.id == failure.path.id), None)
-    if path is None or failure.stopped or path.status in (READY, FAILED):
+    another run works on the path now; an abandoned lease is taken away with it. A Ready path whose switch
+    was cut off stays on its commit, saying so instead of its last progress."""
+    model = registry.get_model(name)
+    path = next((p for p in model.local_paths if p.id == failure.path.id), None)
+    if path is None or failure.stopped or path.status == FAILED:
         return
     lease = path.lease
     holder = lease.holder if lease and abandoned(lease, utcnow(), this_host()) else NOBODY
-    registry.path_failed(name, path.id, holder, f"{failure.message}; `weightkeeper model ensure {name}` resumes it")
+    if path.status != READY:
+        registry.path_failed(name, path.id, holder, f"{failure.message}; `weightkeeper model ensure {name}` resumes it")
+    elif lease and holder != NOBODY and lease.purpose == "switch":
+        registry.end_switch(name, path.id, holder, f"switch of {path.path} to {model.pending_commit} did not finish: "
+                            f"{failure.message}; it stays on its commit until the next check")
 
 
 def download_paths(name: str, paths: list[LocalPath], here: bool = False) -> bool:

@@ -1822,6 +1822,15 @@ MUTATIONS = {
     "reconcile-every-runs-end-with-it": (
         "weightkeeper/cli.py", "            os.environ[EXIT_WITH_PARENT_ENV] = str(os.getpid())",
         "            pass", "tests/test_serve.py::test_a_pass_of_reconcile_every_ends_with_the_command_even_when_that_is_killed"),
+    "cli-worker-manifests-api-url-unchecked": (
+        "weightkeeper/cli.py", "p.add_argument(\"--api-url\", required=True, type=_api_url, help=",
+        "p.add_argument(\"--api-url\", required=True, help=", "tests/test_kube.py::test_worker_manifests_from_the_cli"),
+    "jobs-cut-off-switch-keeps-its-progress": (
+        "flows/jobs.py", "elif lease and holder != NOBODY and lease.purpose == \"switch\":",
+        "elif False:", "tests/test_tracking.py::test_a_switch_cut_off_with_its_process_says_so_instead_of_its_last_progress"),
+    "jobs-cut-off-switch-told-over-a-live-run": (
+        "flows/jobs.py", "lease and holder != NOBODY and lease.purpose",
+        "lease and lease.purpose", "tests/test_tracking.py::test_a_switch_cut_off_with_its_process_says_so_instead_of_its_last_progress"),
 }
 
 

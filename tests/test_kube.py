@@ -761,8 +761,13 @@ def test_worker_manifests_from_the_cli(tmp_path):
     docs = list(yaml.safe_load_all(out.stdout))
     assert [d["kind"] for d in docs] == ["ServiceAccount", "ServiceAccount", "Role", "RoleBinding", "Deployment"]
     assert docs[-1]["spec"]["template"]["spec"]["containers"][0]["image"] == "img:1"
-    bad = subprocess.run([*run, "nope", "--api-url", "x"], capture_output=True, text=True)
+    bad = subprocess.run([*run, "nope", "--api-url", "http://prefect.svc/api"], capture_output=True, text=True)
     assert bad.returncode == 2 and "has no [workspaces.kubernetes] table" in bad.stderr
+    for url in ("x", "file:///etc/passwd", "http://prefect.svc/api\n  - name: EVIL", "http://a b/api",
+                "http://admin:hunter2@prefect.svc/api"):
+        bad = subprocess.run([*run, "gpu", "--api-url", url], capture_output=True, text=True)
+        assert bad.returncode == 2 and "not a Prefect API URL" in bad.stderr and not bad.stdout, url
+        assert "hunter2" not in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_a_kubernetes_workspace_run_carries_the_owner_the_volume_and_the_token_secret(wk, hub):

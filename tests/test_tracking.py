@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -637,3 +638,38 @@ def test_a_damaged_copy_no_path_links_to_is_filled_again_before_a_switch_back_li
     path = wk.registry.get_model("back").local_paths[0].path
     assert (copy / SHARDS[1]).read_bytes() == a_files[SHARDS[1]] == open(f"{path}/{SHARDS[1]}", "rb").read()
     assert fetched(hub, "acme/back-again") == [SHARDS[1]]
+
+
+def test_a_switch_cut_off_with_its_process_says_so_instead_of_its_last_progress(wk, hub):
+    """The child that switched a Ready path died (crashed, its lease abandoned): the parent records that the switch
+    did not finish, on the path and the model, and drops the lease, not leaving the dead run's progress shown; a
+    switch whose run is alive elsewhere is left to say its own end."""
+    from weightkeeper.flows.jobs import JobFailure, _record
+
+    repo, name = "acme/track-cut-off", "cut-off"
+    hub.add_repo(repo, commit_files("A"))
+    wk.declare(name, f"hf://{repo}", workspaces=["team-a"], track=True)
+    assert ensure_model(name) == "Ready"
+    b_files = commit_files("B", B_CHANGES)
+    b = hub.add_repo(repo, b_files)
+    assert wk.registry.head_checked(name, b, [{"path": n, "size": len(v)} for n, v in b_files.items()])
+    entry = wk.registry.get_model(name).local_paths[0]
+    failure = JobFailure(entry, "download-to-path run x Crashed: the pod was evicted", crashed=True)
+    elsewhere = Holder("run-9/1", "gpu-9", 4242, 99.0)  # alive on another host, its lease not lapsed
+    assert wk.registry.claim_switch(name, entry.id, elsewhere, 600, b) == "claimed"
+    assert wk.registry.path_progressed(name, entry.id, elsewhere, 1 << 20, 4 << 20, "downloading: 1 of 4 MiB")
+    _record(wk.registry, name, failure)
+    model = wk.registry.get_model(name)
+    assert model.local_paths[0].message == "downloading: 1 of 4 MiB" and model.local_paths[0].lease is not None
+    wk.registry.end_switch(name, entry.id, elsewhere)
+
+    dead = Holder.here("switch-dead")
+    assert wk.registry.claim_switch(name, entry.id, dead, 0.01, b) == "claimed"
+    assert wk.registry.path_progressed(name, entry.id, dead, 1 << 20, 4 << 20, "downloading: 1 of 4 MiB")
+    time.sleep(0.05)
+    _record(wk.registry, name, failure)
+    model = wk.registry.get_model(name)
+    path = model.local_paths[0]
+    assert path.status == "Ready" and path.lease is None and model.phase == "Ready" and model.pending_commit == b
+    assert path.message == model.message
+    assert f"switch of {path.path} to {b} did not finish" in path.message and "evicted" in path.message

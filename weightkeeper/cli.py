@@ -9,6 +9,7 @@ import getpass
 import json
 import logging
 import os
+import re
 import select
 import subprocess
 import sys
@@ -329,6 +330,16 @@ def _port(value: str) -> int:
     return int(value)
 
 
+def _api_url(value: str) -> str:
+    """The Prefect API URL a worker in the cluster is given: http(s), a host, no credentials (those come from
+    the auth secret), no query, no spaces."""
+    if not re.fullmatch(r"(?i:https?)://[^/?#\s@]+(/[^?#\s]*)?", value):
+        shown = f"{value!r} is" if "@" not in value else "a URL with a user or password in it is"
+        raise argparse.ArgumentTypeError(f"{shown} not a Prefect API URL such as http://prefect.svc:4200/api "
+                                         "(credentials go in the auth secret, not the URL)")
+    return value
+
+
 def cmd_model_get(args, settings: Settings) -> int:
     registry = registry_for(settings)
     model = registry.get_model(args.name)
@@ -575,7 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
     kube = sub.add_parser("kubernetes", help="Kubernetes workspaces").add_subparsers(dest="action", required=True)
     p = kube.add_parser("worker-manifests", help="print a workspace pool's worker, its RBAC and service accounts")
     p.add_argument("workspace")
-    p.add_argument("--api-url", required=True, help="the Prefect API URL as the cluster reaches it")
+    p.add_argument("--api-url", required=True, type=_api_url, help="the Prefect API URL as the cluster reaches it")
     p.add_argument("--image", help="the worker image (default: the workspace's job image)")
     p.set_defaults(func=cmd_worker_manifests)
 

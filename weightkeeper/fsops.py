@@ -200,26 +200,33 @@ def open_copy(path: str, volumes: Iterable[VolumeRule], made: str | None) -> Dir
     return d
 
 
-def _prune(d: Dir) -> bool:
-    """Remove the directories below `d` left empty; True when `d` itself is empty then."""
-    for name in d.entries():
-        st = d.lstat(name)
-        if st is not None and stat.S_ISDIR(st.st_mode):
-            try:
-                sub = d.descend(name)
-            except (FileNotFoundError, UnsafePathError):
-                continue
-            with sub:
-                empty = _prune(sub)
-            if empty:
-                d.rmdir(name)
-    return not d.entries()
+def _prune(d: Dir, files: Iterable[str]) -> None:
+    """Remove the directories below `d` that the listed `files` were in, and weightkeeper's cache, once they are left
+    empty: the deepest first, without recursion, only ever an empty directory, and never one of a tree it did not
+    list (a user's, however deep or wide: it is left as it is)."""
+    folders = {CACHE_DIR}
+    for name in files:
+        parts = name.split("/")[:-1]
+        folders.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    for folder in sorted(folders, key=lambda f: f.count("/"), reverse=True):
+        where, _, leaf = folder.rpartition("/")
+        try:
+            with d.descend(where) as parent:
+                st = parent.lstat(leaf)
+                if st is not None and stat.S_ISDIR(st.st_mode):
+                    parent.rmdir(leaf)  # only ever an empty one
+        except (FileNotFoundError, UnsafePathError):
+            continue
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                raise
 
 
 def remove_model_files(path: str, files: Iterable[str], volumes: Sequence[VolumeRule]) -> int:
     """For an entry recorded before weightkeeper refused occupied directories (it held others' files then):
-    remove only the listed files and weightkeeper's cache, then the directories left empty. Returns how
-    many entries remain."""
+    remove only the listed files and weightkeeper's cache, then the directories they were in left empty (`_prune`).
+    Returns how many entries remain."""
+    files = list(files)
     try:
         d = open_path(path, volumes)
     except FileNotFoundError:
@@ -240,7 +247,7 @@ def remove_model_files(path: str, files: Iterable[str], volumes: Sequence[Volume
                     cache.remove(PARTIAL_DIR.split("/", 1)[1])
             except (FileNotFoundError, UnsafePathError):
                 pass
-            _prune(d)
+            _prune(d, files)
             remaining = len(d.entries())
         if not remaining:
             parent, name = open_parent(path, volumes)
