@@ -47,6 +47,10 @@ def refused(config, text: str) -> str:
     ("[s3]\nregion = \"us-east-1\"", "[s3] bucket is required"),
     ('hf_endpoint = "not a url"', "hf_endpoint (here or in $HF_ENDPOINT) must be an http:// or https:// URL such as "
                                   "https://huggingface.co, got 'not a url'"),
+    ('hf_endpoint = "http://[fe80::1%25eth0]:8080"', "hf_endpoint (here or in $HF_ENDPOINT) must be an http:// or "
+     "https:// URL such as https://huggingface.co, got 'http://[fe80::1%25eth0]:8080'"),
+    ('hf_endpoint = "http://hub.ex%61mple"', "hf_endpoint (here or in $HF_ENDPOINT) must be an http:// or https:// URL "
+                                            "such as https://huggingface.co, got 'http://hub.ex%61mple'"),
     ("max_concurrent_downloads = 99999999", "max_concurrent_downloads must be at most 10000, got 99999999; a negative "
                                             "limit means unlimited"),
     ('[[users]]\nname = "u"\nuid = 99999999999999999999\ntoken_env = "T"',

@@ -704,10 +704,27 @@ def test_a_cdn_whose_dns_answer_changes_after_the_check_is_reached_where_it_was_
     ("ftp://8.8.8.8/x", (), "not an http(s) URL"),
     ("https://8.8.8.8:99999/x", (), "port is not a number"),
     ("file:///etc/passwd", (), "not an http(s) URL"),
+    ("http://[::1/x", (), "it is not a URL"),
+    ("http://localhost:9001\\@127.0.0.1:9000/x", (), "read one way by the check and another"),  # urllib3: localhost
+    ("https://169.254.169.254\\@cdn.example/x", ("cdn.example",), "read one way by the check and another"),
+    ("https://%31%36%39.254.169.254/x", (), "read one way by the check and another"),  # urllib3 decodes a host
+    ("https://" + "a" * 64 + ".example/x", (), "is not a valid name"),  # a label over 63: no lookup
 ])
 def test_where_a_redirect_may_go(location, allowed, refused):
     problem = route(location, "http://127.0.0.1:9000", allowed).problem
     assert problem is None if refused is None else refused in problem
+
+
+def test_a_redirect_host_of_many_addresses_is_tried_at_its_first_four_only(monkeypatch):
+    """Each address is tried with a connect timeout of its own, which the fetch's watchdog cannot cut short: a host
+    that resolves to a hundred unreachable addresses would hold the fetch a hundred times as long."""
+    import weightkeeper.hub
+
+    many = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (f"8.8.{i}.{i}", 0)) for i in range(100)]
+    monkeypatch.setattr(weightkeeper.hub.socket, "getaddrinfo",
+                        lambda host, *a, **k: many if host == "cdn.example" else [(0, 0, 0, "", ("8.8.8.8", 0))])
+    to = route("https://cdn.example/x", "https://8.8.8.8", ())
+    assert to.problem is None and to.addresses == ("8.8.0.0", "8.8.1.1", "8.8.2.2", "8.8.3.3")
 
 
 def test_from_a_public_endpoint_no_redirect_goes_to_a_loopback_link_local_or_private_address():
@@ -754,3 +771,63 @@ def test_the_new_settings_are_validated(tmp_path, line, error):
     assert settings.hub_redirect_hosts == ("cdn.example.com", "[::1]:8443", "10.0.0.1:80")
     assert (settings.max_file_bytes, settings.max_manifest_files) == (2 << 40, 100_000)
     assert (settings.min_download_bytes_per_second, settings.stall_seconds) == (1024, 60)
+
+
+def _fetched(hub, repo: str, target: Path, token: str | None = None) -> None:
+    snapshot = resolve_snapshot(HfSource(repo), hub.url, token)
+    with Dir.root(target, create=True) as root:
+        fetch_files(snapshot, root, hub_transfer(HfSource(repo), snapshot.commit, hub.url, token), lambda done: None,
+                    time.monotonic() + 30, repo)
+
+
+@pytest.mark.parametrize("asked", ["HEAD", "GET", LISTING])
+def test_a_redirect_whose_host_urllib3_reads_otherwise_is_refused_and_the_token_stays_home(hub, other_hub, tmp_path,
+                                                                                           asked):
+    """`http://localhost:Q\\@127.0.0.1:P/...` is the endpoint's own origin to `urlsplit`, by which a redirect is
+    checked, and localhost:Q to urllib3, which would send it, with the token (`Authorization`) and past every check
+    of where a request may go. A redirect of the listing, a file's HEAD or its GET there is refused, and the other
+    server is never asked."""
+    repo, files, commit = add(hub, "two-ways")
+    other_hub.add_repo(repo, files)
+    port, elsewhere = hub.url.rsplit(":", 1)[1], other_hub.url.rsplit(":", 1)[1]
+    path = f"/api/models/{repo}/revision/{commit}?blobs=true" if asked == LISTING else f"/{repo}/resolve/{commit}/{SHARD}"
+    hub.redirect(f"http://localhost:{elsewhere}\\@127.0.0.1:{port}{path}", count=100, repo_id=repo,
+                 filename=LISTING if asked == LISTING else SHARD, method=None if asked == LISTING else asked)
+    with pytest.raises(DownloadError, match="refused: its host is read one way by the check and another") as e:
+        _fetched(hub, repo, tmp_path / "m", "hf_TWOWAYStoken12345")
+    assert e.value.permanent and "hf_TWOWAYS" not in str(e.value)
+    assert other_hub.requests == []
+
+
+@pytest.mark.parametrize("location", ["http://[::1/x", "http://[not-an-address]/x", "https://a..b/x",
+                                      "https://" + "a" * 64 + ".example.com/x"])
+@pytest.mark.parametrize("asked", ["HEAD", "GET", LISTING])
+def test_a_redirect_to_what_is_not_a_url_or_no_host_name_is_refused_in_one_line(hub, tmp_path, location, asked):
+    """urljoin and urlsplit raise ValueError for `http://[::1`, and resolving a host with an empty label or one over
+    63 characters UnicodeError: never a traceback (a GET's went out of the fetch as it was), nor an error retried as
+    if the network had failed: the redirect is refused."""
+    repo, _, _ = add(hub, "bad-location")
+    hub.redirect(location, count=100, repo_id=repo, filename=LISTING if asked == LISTING else SHARD,
+                 method=None if asked == LISTING else asked)
+    with pytest.raises(DownloadError, match="redirected .*; refused: (it is not a URL|its host .* is not a valid "
+                                            "name)") as e:
+        _fetched(hub, repo, tmp_path / "m")
+    assert e.value.permanent and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("path, fields, said", [
+    (None, {"lastModified": 1}, "the listing is not a model's (\"'int' object has no attribute 'endswith'\")"),
+    (None, {"evalResults": "x"}, "the listing is not a model's"),
+    ("config.json", {"rfilename": None}, "it lists a file name None that is not a string"),
+    ("config.json", {"rfilename": 0}, "it lists a file name 0 that is not a string"),
+    ("config.json", {"rfilename": []}, "it lists a file name [] that is not a string"),
+])
+def test_a_listing_of_values_of_the_wrong_type_is_refused_not_a_traceback(hub, path, fields, said):
+    """`huggingface_hub`'s ModelInfo raises AttributeError for a date that is not a string (it was retried as a
+    network error), and a file name that is null, 0 or [] slipped past the check for names that are not strings (it
+    tested the name's truth) into a TypeError."""
+    repo, _, _ = add(hub, "wrong-types")
+    hub.tamper(repo, path, **fields)
+    with pytest.raises(DownloadError) as e:
+        resolve_snapshot(HfSource(repo), hub.url, None)
+    assert said in str(e.value) and e.value.permanent, str(e.value)

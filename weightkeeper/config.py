@@ -372,7 +372,7 @@ class Settings(BaseSettings):
     @field_validator("hf_endpoint")
     @classmethod
     def _endpoint(cls, url: str | None) -> str | None:
-        if url is not None and not re.fullmatch(r"(?i:https?)://[^/?#\s@]+(/[^?#\s]*)?", url):
+        if url is not None and not re.fullmatch(r"(?i:https?)://[A-Za-z0-9._:\[\]-]+(/[^?#\s]*)?", url):
             shown = f", got {url!r}" if "@" not in url else " without user or token in it"
             raise ValueError(f"(here or in $HF_ENDPOINT) must be an http:// or https:// URL such as "
                              f"https://huggingface.co{shown}")

@@ -74,6 +74,7 @@ LISTING_BYTES, LISTING_BYTES_PER_FILE = 1 << 20, 1024  # what a revision's listi
 LISTING_VALUES, LISTING_VALUES_PER_FILE = 100_000, 16  # and how many JSON values: parsed, each is an object
 FRAMING = ("content-encoding", "content-length", "transfer-encoding")  # of the bytes as read, not of the body kept
 MAX_REDIRECTS = 5
+MAX_ADDRESSES = 4  # of a redirect's host tried in turn, each with its own connect timeout
 # urllib3 retries connecting; redirects are followed here, each checked (`route`); a body
 # cut short is resumed by weightkeeper.download from the bytes written.
 RETRIES = urllib3.Retry(total=None, connect=2, read=0, status=0, other=0, redirect=False)
@@ -158,14 +159,42 @@ def _pool(url: str) -> urllib3.PoolManager:
         return _pools[proxy]
 
 
+def _read_alike(url: str) -> bool:
+    """urllib3, which sends a request (when `route` gives no addresses), reads the scheme, host and port of `url` as
+    `urlsplit`, by which it is checked, does: `http://a\\@b/` is b to urlsplit and a to urllib3 (so are a `%` and
+    non-ASCII letters in a host read otherwise)."""
+    try:
+        parts, theirs = urlsplit(url), urllib3.util.parse_url(url)
+        return ((theirs.scheme or "").lower(), (theirs.host or "").strip("[]").lower() or None, theirs.port) == (
+            parts.scheme, parts.hostname, parts.port)
+    except ValueError:  # urllib3's LocationParseError is one
+        return False
+
+
 def _origin(url: str) -> tuple[str, str | None, int | None]:
+    """The scheme, host and port of `url`; for one that is not a URL, or that urllib3 would send elsewhere
+    (`_read_alike`), one no other URL has: never the endpoint's, and `route` refuses it."""
+    if not _read_alike(url):
+        return "?", url, None
     parts = urlsplit(url)
     return parts.scheme, parts.hostname, parts.port or DEFAULT_PORTS.get(parts.scheme)
 
 
+def _joined(url: str, location: str) -> str:
+    """Where a redirect from `url` to `location` (its `Location`, as the server said it) goes; one that is not a URL
+    as it is, for `route` to refuse (urljoin raises ValueError for a host such as `[::1`)."""
+    try:
+        return urljoin(url, location)
+    except ValueError:
+        return location
+
+
 def without_query(url: str) -> str:
     """`url` as it may be shown: no credentials, query or fragment (a signed URL's signature is in its query)."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "(not a URL)"
     host = f"[{parts.hostname}]" if parts.hostname and ":" in parts.hostname else parts.hostname or ""
     try:
         port = f":{parts.port}" if parts.port else ""
@@ -216,13 +245,19 @@ def route(location: str, endpoint: str, allowed: Collection[str]) -> Route:
     or `host:port`) in `allowed`, and https hosts none of whose addresses is loopback, link-local or private unless
     the endpoint has an address of the same kind; such a host is then reached only at the addresses that were
     checked, so a DNS answer that changes after the check (rebinding) is never asked."""
-    parts = urlsplit(location)
+    try:
+        parts = urlsplit(location)
+    except ValueError:
+        return Route(location, "it is not a URL")
     try:
         port = parts.port or DEFAULT_PORTS.get(parts.scheme)
     except ValueError:
         return Route(location, "its port is not a number")
     if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
         return Route(location, "it is not an http(s) URL")
+    if not _read_alike(location):
+        return Route(location, "its host is read one way by the check and another by the HTTP client (a `\\`, a `%` "
+                               "or a non-ASCII letter before its path?)")
     if _origin(location) == _origin(endpoint):
         return Route(location)
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
@@ -233,16 +268,18 @@ def route(location: str, endpoint: str, allowed: Collection[str]) -> Route:
                                "hub_redirect_hosts if it is trusted)")
     try:
         addresses, home = _addresses(parts.hostname), set(_addresses(urlsplit(endpoint).hostname or "").values())
+    except ValueError:  # UnicodeError: a label empty or over 63 characters, which no name resolves to
+        return Route(location, f"its host {shown(host)} is not a valid name")
     except OSError as e:
-        raise DownloadError(f"cannot resolve {host} to check a redirect to it ({e}; a host only a proxy can resolve "
-                            "must be allowed in hub_redirect_hosts); will retry") from None
+        raise DownloadError(f"cannot resolve {shown(host)} to check a redirect to it ({e}; a host only a proxy can "
+                            "resolve must be allowed in hub_redirect_hosts); will retry") from None
     if bad := sorted(set(addresses.values()) - home - {"public"}):
         return Route(location, f"{host} has a {' and a '.join(bad)} address (allow it in hub_redirect_hosts if it "
                                "is trusted)")
     ipv4_only = allowed_gai_family() == socket.AF_INET
     if not (usable := tuple(a for a in addresses if not ipv4_only or ":" not in a)):
         raise DownloadError(f"{host} has no IPv4 address and this host has no IPv6; will retry")
-    return Route(location, addresses=usable)
+    return Route(location, addresses=usable[:MAX_ADDRESSES])
 
 
 def _get(to: Route, headers: dict[str, str], timeout: urllib3.Timeout,
@@ -357,8 +394,8 @@ def _resolve(source: HfSource, endpoint: str | None, token: str | None, limits: 
                             permanent=True)
     listed = info.siblings or []
     check_count(where, len(listed), limits)
-    if bad := next((s.rfilename for s in listed if not isinstance(s.rfilename, str)), None):
-        raise DownloadError(f"refusing {where}: it lists a file name {shown(bad)} that is not a string",
+    if bad := [s.rfilename for s in listed if not isinstance(s.rfilename, str)]:  # a null, 0 or [] name as well
+        raise DownloadError(f"refusing {where}: it lists a file name {shown(bad[0])} that is not a string",
                             permanent=True)
     siblings = {s.rfilename: s for s in listed}
     files = []
@@ -394,7 +431,7 @@ def model_info(source: HfSource, home: str, token: str | None, limits: Limits,
         response = _get(to, headers if own else anonymous, urllib3.Timeout(left))
         try:
             if hop := response.get_redirect_location():
-                if (to := route(urljoin(to.url, hop), home, redirect_hosts)).problem:
+                if (to := route(_joined(to.url, hop), home, redirect_hosts)).problem:
                     raise DownloadError(f"{home} redirected the listing of {where} to {without_query(to.url)}; "
                                         f"refused: {to.problem}", permanent=True)
                 continue
@@ -414,7 +451,7 @@ def model_info(source: HfSource, home: str, token: str | None, limits: Limits,
                                             request=httpx2.Request("GET", to.url)))  # an error's body is its message
         try:
             return ModelInfo(**json.loads(body))
-        except (ValueError, TypeError, KeyError, RecursionError) as e:
+        except Exception as e:  # noqa: BLE001 - any value of any type (`"lastModified": 1` raises AttributeError)
             raise DownloadError(f"refusing {where}: the listing is not a model's ({shown(str(e))})",
                                 permanent=True) from None
     raise DownloadError(f"{home} redirected the listing of {where} more than {MAX_REDIRECTS} times; will retry")
@@ -450,7 +487,7 @@ def locate_file(url: str, token: str | None, home: str) -> str:
         hf_raise_for_status(httpx2.Response(response.status, headers=kept, request=httpx2.Request("HEAD", url)))
         if not (hop := response.get_redirect_location()):
             return url
-        target = urljoin(url, hop)
+        target = _joined(url, hop)
         if _origin(target) != _origin(home):
             return target
         url = target
@@ -531,7 +568,7 @@ def hub_transfer(source: HfSource, commit: str, endpoint: str | None, token: str
             if not (hop := response.get_redirect_location()):
                 return response
             response.close()
-            to = check(remote, urljoin(to.url, hop))
+            to = check(remote, _joined(to.url, hop))
         raise DownloadError(f"{home} redirected {remote.path} of {source.repo_id} more than {MAX_REDIRECTS} times; "
                             "will retry")
 
