@@ -356,8 +356,9 @@ def _repair_model_path(settings: Settings, registry: Registry, model, entry, fil
     except DownloadCancelled as e:
         registry.repair_failed(name, path_id, holder, str(e))
         return "cancelled"
-    except (DownloadError, UnsafePathError) as e:
-        registry.repair_failed(name, path_id, holder, f"{message}; {e}; the next pass repairs it again")
+    except (DownloadError, UnsafePathError, OSError) as e:  # and the volume's own errors (I/O, permissions, no space)
+        registry.repair_failed(name, path_id, holder, f"{message}; {_why(e, entry.path)}; the next pass repairs it "
+                                                      "again")
         return "postponed"
     if remaining:
         registry.repair_failed(name, path_id, holder, f"{message}; still damaged: {remaining[0]}; repaired on the "

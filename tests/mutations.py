@@ -262,7 +262,8 @@ MUTATIONS = {
     "adopt-without-refusal": ("weightkeeper/fsops.py", "        if entries:\n", "        if False:\n",
                               "tests/test_attacks.py::test_files_planted_after_declaration_are_never_adopted"),
     "remove-not-ours": ("weightkeeper/fsops.py",
-                        "ours = made_here(d, made) or made is None and not d.entries()", "ours = True",
+                        "                if not made_here(d, made):\n                    raise NotOursError(",
+                        "                if False:\n                    raise NotOursError(",
                         "tests/test_attacks.py::test_a_replaced_model_directory_is_left_to_its_owner_and_the_model_released"),
     "allow-nesting": ("weightkeeper/registry/store.py",
                       "            if other := self._nested(session, p.cluster, p.path, exclude, owner):",
@@ -1831,6 +1832,45 @@ MUTATIONS = {
     "jobs-cut-off-switch-told-over-a-live-run": (
         "flows/jobs.py", "lease and holder != NOBODY and lease.purpose",
         "lease and lease.purpose", "tests/test_tracking.py::test_a_switch_cut_off_with_its_process_says_so_instead_of_its_last_progress"),
+    "hub-route-read-alike": (
+        "weightkeeper/hub.py", "    if not _read_alike(location):\n",
+        "    if False:\n", "tests/test_hub_answers.py::test_a_redirect_whose_host_urllib3_reads_otherwise_is_refused_and_the_token_stays_home"),
+    "hub-origin-read-alike": (
+        "weightkeeper/hub.py", "    if not _read_alike(url):\n        return \"?\", url, None\n",
+        "", "tests/test_hub_answers.py::test_a_redirect_whose_host_urllib3_reads_otherwise_is_refused_and_the_token_stays_home"),
+    "hub-joined-raises": (
+        "weightkeeper/hub.py", "    except ValueError:\n        return location\n",
+        "    except KeyError:\n        return location\n", "tests/test_hub_answers.py::test_a_redirect_to_what_is_not_a_url_or_no_host_name_is_refused_in_one_line"),
+    "hub-route-bad-name": (
+        "weightkeeper/hub.py", "    except ValueError:  # UnicodeError: a label empty or over 63 characters, which no name resolves to\n",
+        "    except KeyError:  # UnicodeError: a label empty or over 63 characters, which no name resolves to\n", "tests/test_hub_answers.py::test_a_redirect_to_what_is_not_a_url_or_no_host_name_is_refused_in_one_line"),
+    "hub-modelinfo-any-error": (
+        "weightkeeper/hub.py", "        except Exception as e:  # noqa: BLE001 - any value of any type (`\"lastModified\": 1` raises AttributeError)\n",
+        "        except (ValueError, TypeError, KeyError, RecursionError) as e:\n", "tests/test_hub_answers.py::test_a_listing_of_values_of_the_wrong_type_is_refused_not_a_traceback"),
+    "hub-rfilename-falsy": (
+        "weightkeeper/hub.py", "    if bad := [s.rfilename for s in listed if not isinstance(s.rfilename, str)]:",
+        "    if bad := [s.rfilename for s in listed if not isinstance(s.rfilename, str) and s.rfilename]:", "tests/test_hub_answers.py::test_a_listing_of_values_of_the_wrong_type_is_refused_not_a_traceback"),
+    "hub-redirect-addresses-unbounded": (
+        "weightkeeper/hub.py", "addresses=usable[:MAX_ADDRESSES]",
+        "addresses=usable", "tests/test_hub_answers.py::test_a_redirect_host_of_many_addresses_is_tried_at_its_first_four_only"),
+    "prune-removes-what-it-did-not-list": (
+        "weightkeeper/fsops.py", "                    parent.rmdir(leaf)  # only ever an empty one",
+        "                    parent.remove(leaf)", "tests/test_fs_attacks.py::test_a_deep_tree_planted_in_an_adopted_directory_never_crashes_its_cleanup"),
+    "never-made-directory-emptied": (
+        "weightkeeper/fsops.py", "                    if parent.rmdir_if(name, os.fstat(d.fd)):  # only ever an empty one, whatever was written since",
+        "                    if not d.entries() and (d.clear() or parent.rmdir_if(name, os.fstat(d.fd))):", "tests/test_fs_attacks.py::test_a_user_writing_into_an_empty_directory_at_a_path_weightkeeper_never_made_keeps_their_files"),
+    "unreadable-file-raises": (
+        "weightkeeper/verify.py", "        return _unreadable(path, e)\n    try:",
+        "        raise\n    try:", "tests/test_fs_attacks.py::test_a_file_the_service_may_not_read_is_a_problem_of_the_copy_repaired_never_a_crash"),
+    "own-repair-os-error-escapes": (
+        "tasks/verify.py", "    except (DownloadError, UnsafePathError, OSError) as e:  # and the volume's own errors",
+        "    except (DownloadError, UnsafePathError) as e:  # and the volume's own errors", "tests/test_fs_attacks.py::test_a_repair_of_an_own_copy_the_volume_refuses_fails_the_path_never_the_task"),
+    "unreadable-takes-a-want-of-descriptors": (
+        "weightkeeper/verify.py", "    if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EINTR, errno.EAGAIN):\n        raise e\n",
+        "", "tests/test_fs_attacks.py::test_a_want_of_descriptors_or_memory_is_raised_never_taken_for_a_damaged_file"),
+    "config-endpoint-host-any-characters": (
+        "weightkeeper/config.py", "(?i:https?)://[A-Za-z0-9._:\\[\\]-]+(/",
+        "(?i:https?)://[^/?#\\s@]+(/", "tests/test_config.py::test_a_wrong_type_is_one_line_naming_the_key_and_the_file"),
 }
 
 

@@ -293,8 +293,11 @@ def remove_model_path(path: str, volumes: Sequence[VolumeRule], made: str | None
                                        "shared copy); left in place")
                 return parent.unlink(name)
             with parent.descend(name) as d:
-                ours = made_here(d, made) or made is None and not d.entries()
-                if not ours:
+                if made is None:  # nothing was made there: only an empty directory goes, never what it holds
+                    if parent.rmdir_if(name, os.fstat(d.fd)):  # only ever an empty one, whatever was written since
+                        return True
+                    raise NotOursError(f"{path} holds what weightkeeper never made there; left in place")
+                if not made_here(d, made):
                     raise NotOursError(f"{path} is not the directory weightkeeper made there (it was replaced or "
                                        "never made); left in place")
                 if mount := d.mount_inside():  # removing would empty the mounted filesystem, then fail with EBUSY

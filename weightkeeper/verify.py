@@ -98,6 +98,15 @@ def _problem(st: os.stat_result | None, path: str, size: int) -> Problem | None:
     return None
 
 
+def _unreadable(path: str, e: OSError) -> Problem:
+    """A file of the copy that cannot be opened or read (its mode changed by whoever may, a mount of theirs, the
+    volume's I/O error): a problem of the copy, repaired as any other, never an error of the whole check. This
+    process's own want of descriptors or memory is no fault of the copy: it is raised."""
+    if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EINTR, errno.EAGAIN):
+        raise e
+    return Problem(path, f"cannot be read: {e.strerror or e}")
+
+
 def _check_entry(d: Dir, name: str, path: str, size: int, remote: RemoteFile | None) -> Problem | None:
     """The entry's problem by its stat (nothing else is opened); with `remote`, the file is then opened once
     without following a link, and what was opened is checked again and hashed (an entry swapped or grown since
@@ -115,11 +124,13 @@ def _check_entry(d: Dir, name: str, path: str, size: int, remote: RemoteFile | N
             return Problem(path, "is a symlink, not a file")
         if e.errno in (errno.EISDIR, errno.ENXIO):
             return Problem(path, "not a regular file")
-        raise
+        return _unreadable(path, e)
     try:
         if problem := _problem(os.fstat(fd), path, size):
             return problem
         digest = _digest(fd, size, remote)
+    except OSError as e:
+        return _unreadable(path, e)
     finally:
         os.close(fd)
     if digest is None:
@@ -140,6 +151,8 @@ def _check(root: Dir, path: str, size: int, remote: RemoteFile | None = None) ->
         return Problem(path, "a directory on its way is a symlink")
     except (FileNotFoundError, NotADirectoryError):
         return Problem(path, "missing")
+    except OSError as e:  # a directory on the way this process may not open
+        return _unreadable(path, e)
     with d:
         return _check_entry(d, name, path, size, remote)
 
