@@ -79,6 +79,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="wk-bench-s3-"))
     prepare_environment(root)
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")
+    from weightkeeper.anchored import Dir
     from weightkeeper.config import S3Settings
     from weightkeeper.s3 import fill_from_s3, make_client, stage_snapshot
 
@@ -93,16 +94,19 @@ def main() -> None:
         total = snapshot.total_bytes
         size = f"{len(snapshot.files)} files, {total / MIB:.0f} MiB"
 
-        links = root / "links"  # staging removes each local file once uploaded: give it hard links
-        shutil.copytree(repo, links, copy_function=os.link)
-        ours = timed(lambda: stage_snapshot(client, f"s3://{BUCKET}/wk/", snapshot, lambda f: links / f.path,
-                                            lambda _n: None))
+        def local(f, _poll):  # the file as staging's fetch gives it: open, and (here) nothing to remove after
+            return open(repo / f.path, "rb"), lambda: None
+
+        ours = timed(lambda: stage_snapshot(client, f"s3://{BUCKET}/wk/", snapshot, local, lambda _n: None))
         theirs = timed(lambda: aws(endpoint, "cp", "--recursive", str(repo), f"s3://{BUCKET}/ref/"))
         row(f"S3 stage (upload) {size}", rate(total, ours), f"{rate(total, theirs)} (`aws s3 cp --recursive`)",
             f"{theirs / ours:.2f}x aws's speed")
 
-        ours = timed(lambda: fill_from_s3(client, f"s3://{BUCKET}/wk/", snapshot, root / "fill-wk", lambda _n: None,
-                                          float("inf")))
+        def fill() -> None:
+            with Dir.root(root / "fill-wk", create=True) as target:
+                fill_from_s3(client, f"s3://{BUCKET}/wk/", snapshot, target, lambda _n: None, float("inf"))
+
+        ours = timed(fill)
         theirs = timed(lambda: aws(endpoint, "cp", "--recursive", f"s3://{BUCKET}/ref/", str(root / "fill-aws")))
         row(f"S3 fill (download) {size}", rate(total, ours), f"{rate(total, theirs)} (`aws s3 cp --recursive`)",
             f"{theirs / ours:.2f}x aws's speed")

@@ -75,12 +75,18 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
 
     deadline = float("inf")  # set once a download slot is held: waiting for one is no download time
 
-    def fetch_one(remote: RemoteFile) -> tuple[BinaryIO, Callable[[], None]]:
-        """The file, fetched and verified into this host's scratch space, open; and how to remove it."""
+    def fetch_one(remote: RemoteFile, poll: Callable[[], None]) -> tuple[BinaryIO, Callable[[], None]]:
+        """The file, fetched and verified into this host's scratch space, open; and how to remove it. `poll()` raises
+        once the staging stopped (another file's upload failed, too slowly or too late)."""
         if time.monotonic() > deadline:
             raise DownloadError(f"staging {name!r} to {uri} exceeded its timeout; `weightkeeper model ensure` "
                                 "resumes it", permanent=True)
-        fetch_file(workdir, remote, transfer, lambda _n: beat(), f"{model.repo_id}@{snapshot.commit[:12]}", deadline,
+
+        def fetched(_n: int) -> None:
+            beat()
+            poll()
+
+        fetch_file(workdir, remote, transfer, fetched, f"{model.repo_id}@{snapshot.commit[:12]}", deadline,
                    pace(settings))
         folder, _, leaf = remote.path.rpartition("/")
         with workdir.descend(folder) as d:
@@ -104,7 +110,8 @@ def stage_to_s3(name: str, snapshot: Snapshot) -> str:
                 nonlocal deadline
                 deadline, before = by, counts["uploaded"]
                 counts.update(bytes=0, skipped=0)
-                stage_snapshot(s3_client(settings), uri, snapshot, fetch_one, beat, counts)
+                stage_snapshot(s3_client(settings), uri, snapshot, fetch_one, beat, counts, deadline, pace(settings),
+                               f"staging {name!r} to {uri}")  # each upload, as each fetch: deadline and pace
                 return counts["uploaded"], counts["skipped"] - before  # skipped: those another model staged
 
             uploaded, skipped = fetch_in_slot(settings, budget, beat, stage, f" to stage to {uri}")

@@ -2,7 +2,8 @@
 
 The S3 server is real; the proxy only forwards requests unchanged, counts them per key, and on
 demand refuses deletes (403 AccessDenied, as a bucket policy would), refuses uploads after N
-(to interrupt a staging run part-way), or rewrites object listings (a hostile server's answers).
+(to interrupt a staging run part-way), takes an upload's bytes slowly or not at all (a bucket that drips),
+or rewrites object listings (a hostile server's answers).
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format, *args):  # noqa: A002 - quiet
         pass
 
-    def _body(self) -> bytes:
+    def _body(self) -> bytes | None:
+        drip = self.server.proxy.dripping
+        if drip is not None and self.command == "PUT" and int(self.headers.get("Content-Length") or 0):
+            return self._dripped(*drip)
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             data = b""
             while size := int(self.rfile.readline().split(b";")[0], 16):
@@ -37,6 +41,28 @@ class _Handler(BaseHTTPRequestHandler):
             self.rfile.readline()
             return data
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def _dripped(self, step: int, every: float) -> bytes | None:
+        """The body read `step` bytes every `every` seconds (none while `step` is 0) until the proxy is reset; None
+        when it stopped short (the client went away, or the proxy was reset: its request is dropped)."""
+        proxy, left, data = self.server.proxy, int(self.headers["Content-Length"]), bytearray()
+        released = proxy.released
+        with proxy.lock:
+            proxy.drips += 1
+        while left:
+            if released.wait(every) or not step:
+                released.wait()
+                self.close_connection = True
+                return None
+            chunk = self.rfile.read1(min(step, left))
+            if not chunk:
+                self.close_connection = True
+                return None
+            data += chunk
+            left -= len(chunk)
+            with proxy.lock:
+                proxy.dripped += len(chunk)
+        return bytes(data)
 
     def _reply(self, status: int, headers: list[tuple[str, str]], body: bytes, head: bool = False) -> None:
         self.send_response(status)
@@ -55,6 +81,8 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = parse_qs(url.query, keep_blank_values=True)
         body = self._body()
+        if body is None:
+            return
         key = unquote(url.path)
         upload = self.command == "PUT" and (body or "partNumber" in query) and "x-amz-copy-source" not in self.headers
         delete = self.command == "DELETE" or (self.command == "POST" and "delete" in query)
@@ -98,7 +126,9 @@ class _Server(ThreadingHTTPServer):
 
 class S3Proxy:
     """`refuse_deletes`: answer every delete with AccessDenied. `allow_uploads(n)`: accept n more
-    uploads (PUT object or part), then refuse them; `allow_uploads(None)` lifts the limit. `rewrite_listing`:
+    uploads (PUT object or part), then refuse them; `allow_uploads(None)` lifts the limit. `drip_uploads(step,
+    every)`: read the body of each upload (a PUT of an object or a part) `step` bytes every `every` seconds, none
+    at all while `step` is 0, until `reset()` (`drips` counts those bodies, `dripped` their bytes). `rewrite_listing`:
     a function that rewrites each ListObjectsV2 answer (its XML body and the request's query); `rewrite_uploads`:
     one that rewrites each ListMultipartUploads answer."""
 
@@ -108,6 +138,9 @@ class S3Proxy:
         self.lock = threading.Lock()
         self.refuse_deletes = False
         self.uploads_left: int | None = None
+        self.dripping: tuple[int, float] | None = None
+        self.drips, self.dripped = 0, 0  # upload bodies read dripping, and their bytes read
+        self.released = threading.Event()  # set when the proxy is reset: a dripping read ends, its request dropped
         self.requests: Counter = Counter()  # (method, /bucket/key) -> count
         self.uploads: Counter = Counter()  # /bucket/key -> accepted uploads (objects or parts)
         self.rewrite_listing = None  # (ListObjectsV2 answer, query) -> the answer sent instead
@@ -125,6 +158,7 @@ class S3Proxy:
         return self
 
     def stop(self) -> None:
+        self.released.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -132,8 +166,15 @@ class S3Proxy:
         with self.lock:
             self.uploads_left = n
 
+    def drip_uploads(self, step: int, every: float = 0.1) -> None:
+        with self.lock:
+            self.dripping = (step, every)
+
     def reset(self) -> None:
         with self.lock:
+            self.dripping, self.drips, self.dripped = None, 0, 0
+            self.released.set()
+            self.released = threading.Event()
             self.refuse_deletes, self.uploads_left, self.rewrite_listing, self.rewrite_uploads = False, None, None, None
             self.requests.clear()
             self.uploads.clear()

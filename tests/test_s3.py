@@ -527,3 +527,86 @@ def test_waiting_for_a_download_slot_does_not_count_against_the_staging_timeout(
     wk.rewrite(hf_endpoint=hub.url, download_timeout_seconds=5)
     wk.declare("late-slot", "hf://acme/late-slot", workspaces=["team-a"])
     assert ensure_model("late-slot") == "Ready", wk.registry.get_model("late-slot").message
+
+
+# -- a staging bucket that takes bytes slowly -------------------------------------------------------------------------
+
+
+def _left_running() -> list[str]:
+    import threading
+
+    return [t.name for t in threading.enumerate() if t.name.startswith(("stage", "watchdog", "fetch"))]
+
+
+@pytest.mark.parametrize("drip, settings, said", [
+    ((4096, 0.1), {"min_download_bytes_per_second": 256 * 1024, "stall_seconds": 2},
+     "stalled: S3 took"),
+    ((4096, 0.1), {"download_timeout_seconds": 4, "min_download_bytes_per_second": 1}, "exceeded its timeout"),
+    ((0, 0.1), {"download_timeout_seconds": 4, "min_download_bytes_per_second": 0}, "exceeded its timeout"),
+], ids=["below-the-pace", "past-the-deadline", "silent-past-the-deadline"])
+def test_a_staging_bucket_that_takes_bytes_slowly_fails_the_staging_promptly(wk, hub, s3, download_limit, monkeypatch,
+                                                                             drip, settings, said):
+    """The staging bucket drips an upload's body (40 KB/s), or takes no more of it at all: the staging run fails at
+    the minimum pace (each of its attempts) or at its deadline, as a download from the Hub would, in one line naming
+    the model, its staged prefix, why and what next; its download slot is given back and nothing of it runs on."""
+    import time
+
+    from weightkeeper.runtime import slots_in_use
+    from weightkeeper.tasks.stage import stage_to_s3
+
+    monkeypatch.setattr(stage_to_s3, "retry_delay_seconds", [0, 0])
+    commit = hub.add_repo("acme/drip-stage", tiny_files("s3-drip-stage", shards=1, shard_size=8 << 20))
+    wk.rewrite(hf_endpoint=hub.url, **settings)
+    wk.declare("drip-stage", "hf://acme/drip-stage", workspaces=["team-a"])
+    s3.proxy.drip_uploads(*drip)
+    try:
+        started = time.monotonic()
+        run = in_thread(ensure_model, "drip-stage")
+        run.join(60)
+        took = time.monotonic() - started
+        assert not run.is_alive(), "the staging run still goes on after 60 s"
+        assert run.result.get("value") == "Failed", run.result
+        model = wk.registry.get_model("drip-stage")
+        assert model.phase == "Failed", (model.phase, model.message)
+        assert f"staging 'drip-stage' to s3://{s3.bucket}/staging/acme--drip-stage/{commit}/ " in model.message
+        assert said in model.message and "\n" not in model.message, model.message
+        if said.startswith("stalled"):
+            assert "below the minimum of 262144 B/s (min_download_bytes_per_second); the objects already staged are " \
+                   "kept and the next attempt uploads the rest" in model.message, model.message
+            assert took < 30, took  # three attempts, each stopped about 2 s after S3 took too little
+        else:
+            assert "`weightkeeper model ensure` resumes it" in model.message, model.message
+            assert took < 15, took  # stopped at its 4 s deadline, not retried
+        assert s3.proxy.drips >= 1  # the upload had begun
+        assert slots_in_use()[0] == 0  # the download slot is given back
+        assert _left_running() == []
+        assert "model-00001-of-00001.safetensors" not in staged_keys(s3, "acme--drip-stage", commit)
+    finally:
+        s3.proxy.reset()
+
+
+def test_a_delete_while_the_staging_bucket_takes_nothing_stops_the_staging_at_once(wk, hub, s3, download_limit):
+    """The staging bucket stops taking an upload's bytes (no progress callback fires any more), with no minimum pace
+    and a long timeout: deleting the model still stops the staging run at once (its watchdog's beat)."""
+    import time
+
+    from weightkeeper.runtime import slots_in_use
+
+    commit = hub.add_repo("acme/silent-stage", tiny_files("s3-silent-stage", shards=1, shard_size=8 << 20))
+    wk.rewrite(hf_endpoint=hub.url, min_download_bytes_per_second=0)
+    wk.declare("silent-stage", "hf://acme/silent-stage", workspaces=["team-a"])
+    s3.proxy.drip_uploads(0)
+    try:
+        ensure = in_thread(ensure_model, "silent-stage")
+        wait_until(lambda: s3.proxy.drips >= 1, what="an upload to begin")
+        started = time.monotonic()
+        assert delete_model("silent-stage") == "Released"
+        ensure.join(30)
+        assert not ensure.is_alive()
+        assert time.monotonic() - started < 20
+        assert "error" not in ensure.result, ensure.result
+        assert slots_in_use()[0] == 0
+        assert _left_running() == []
+        assert staged_keys(s3, "acme--silent-stage", commit) == []
+    finally:
+        s3.proxy.reset()

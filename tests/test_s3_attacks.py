@@ -4,6 +4,8 @@ that leave out what every object has. Nothing waits without bound and nothing is
 
 from __future__ import annotations
 
+import hashlib
+import random
 import re
 import socket
 import threading
@@ -454,3 +456,67 @@ def test_a_source_object_replaced_after_listing_fails_at_once_saying_so(source, 
     assert e.value.permanent and "delete the model and declare it again" in str(e.value)
     assert proxy.count("GET", f"/{bucket}/{key}") == 1
     assert not (tmp_path / SHARD).exists()
+
+
+# -- a staging bucket that takes an upload's bytes slowly -------------------------------------------------------------
+
+
+def _left_running() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith(("stage", "watchdog"))]
+
+
+@pytest.mark.parametrize("drip, deadline, pace, stopped", [
+    ((4096, 0.1), 60, s3.Pace(256 * 1024, 2), "stalled: S3 took"),
+    ((4096, 0.1), 3, s3.Pace(0, 60), "exceeded its timeout"),
+    ((0, 0.1), 3, s3.Pace(0, 60), "exceeded its timeout"),
+    ((4096, 0.1), 60, s3.Pace(0, 60), "is being deleted"),
+    ((0, 0.1), 60, s3.Pace(0, 60), "is being deleted"),
+], ids=["below-the-pace", "past-the-deadline", "silent-past-the-deadline", "deleted", "silent-deleted"])
+def test_an_upload_in_parts_to_a_bucket_that_takes_bytes_slowly_stops_at_once(source, tmp_path, drip, deadline, pace,
+                                                                              stopped):
+    """A file of two parts is staged to a bucket that takes its bytes at 40 KB/s, or takes no more of them: the
+    staging stops at the minimum pace, at its deadline or at a deletion (its beat raising, whether or not a byte is
+    taken meanwhile) within a few seconds, with that error, rather than botocore's error after sending each part
+    again (5 attempts); the multipart upload is aborted, nothing is left running, the client keeps no hook."""
+    from weightkeeper.errors import DeadlineExceeded, DownloadCancelled
+
+    bucket, direct, proxy, client = source
+    data = random.Random("slow-bucket").randbytes(s3.PART_BYTES + (4 << 20))
+    (tmp_path / SHARD).write_bytes(data)
+    remote = RemoteFile(SHARD, len(data), "", sha256=hashlib.sha256(data).hexdigest())
+    uri = f"s3://{bucket}/staging/acme--m/{'0' * 40}/"
+    started = time.monotonic()
+
+    def beat(done: int) -> None:
+        if stopped == "is being deleted" and time.monotonic() - started > 2:
+            raise DownloadCancelled("model 'm' is being deleted; staging stopped")
+
+    outcome: dict[str, BaseException] = {}
+
+    def stage() -> None:
+        try:
+            s3.stage_snapshot(client, uri, Snapshot("acme/m", "0" * 40, (remote,)),
+                              lambda f, poll: (open(tmp_path / f.path, "rb"), lambda: None), beat,
+                              deadline=started + deadline, pace=pace, what=f"staging 'm' to {uri}")
+        except BaseException as e:  # noqa: BLE001 - judged below
+            outcome["error"] = e
+
+    proxy.drip_uploads(*drip)
+    staging = threading.Thread(target=stage, daemon=True)
+    staging.start()
+    staging.join(30)
+    took = time.monotonic() - started
+    if staging.is_alive():
+        proxy.reset()  # its requests dropped: it ends
+        pytest.fail("the staging still goes on after 30 s")
+    error = outcome.get("error")
+    assert isinstance(error, (DownloadError, DownloadCancelled)) and stopped in str(error), repr(error)
+    assert took < (deadline if deadline < 60 else 2) + 4.5, took  # the pace: 2 s of too little, and a few ticks
+    assert f"staging 'm' to {uri}" in str(error) or stopped == "is being deleted", str(error)
+    assert isinstance(error, DeadlineExceeded) == (stopped == "exceeded its timeout")
+    assert 1 <= proxy.drips <= 2  # each part's body once: never sent again
+    proxy.reset()  # a dripping read still under way ends
+    assert not direct.list_multipart_uploads(Bucket=bucket).get("Uploads")  # aborted
+    assert not direct.list_objects_v2(Bucket=bucket).get("Contents")
+    assert _left_running() == []
+    assert not [k for k in client.meta.events._emitter._unique_id_handlers if str(k).startswith("weightkeeper-stage")]

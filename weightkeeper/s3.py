@@ -12,12 +12,14 @@ every object needs a plain (single-part) ETag, its MD5, to be verified by. Every
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import re
+import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
@@ -49,7 +51,7 @@ from weightkeeper.errors import CleanupError, DownloadError, said, scrubbed
 from weightkeeper.hub import HeadersInTime
 from weightkeeper.layout import S3Source, copy_name, parse_s3_uri
 from weightkeeper.planning import select_files
-from weightkeeper.watchdog import BodyRefused, Pace, current, read_body, read_whole
+from weightkeeper.watchdog import BodyRefused, Pace, Watchdog, current, read_body, read_whole
 
 DIGEST_KEY = "wk-digest"
 PART_BYTES = 16 << 20
@@ -71,6 +73,8 @@ MALFORMED = (KeyError, TypeError, ValueError)  # what botocore's parser and hand
 SENT_SECRETS = re.compile(r"(?:Credential=|Signature=)([^/,\s]+)")  # of a request's Authorization header
 KEY_BYTES = 1024  # S3's own bound of a key
 CREDENTIALS = "weightkeeper_credentials"  # a client's attribute: its session's credentials (`secrets_of`)
+CUT_AGAIN_SECONDS = 5.0  # a stopped staging's requests still in flight this long after its cut are cut again
+_sending = threading.local()  # `conns`: the connections of the request this thread sends (`_BoundedSession.send`)
 
 
 class AnswerRefused(BotoCoreError):
@@ -81,6 +85,12 @@ class AnswerRefused(BotoCoreError):
 class _HeadersInTime(HeadersInTime):
     def headers_seconds(self) -> float:
         return HEADERS_SECONDS
+
+    def request(self, *args, **kwargs):
+        conns = getattr(_sending, "conns", None)
+        if conns is not None:  # sent by a `_BoundedSession`: `cut` shuts it down while it sends or reads the answer
+            conns.append(self)
+        return super().request(*args, **kwargs)
 
 
 class _HTTPConnection(_HeadersInTime, AWSHTTPConnection):
@@ -116,26 +126,47 @@ def _read_answer(raw) -> bytes:
 
 class _BoundedSession:
     """botocore's HTTP session, every answer bounded: its headers in HEADERS_SECONDS (`hub.HeadersInTime`), and
-    a body read whole (all but an object's bytes: `s3_transfer` reads those, watched) by `_read_answer`."""
+    a body read whole (all but an object's bytes: `s3_transfer` reads those, watched) by `_read_answer`. `cut()`
+    shuts down the connection of every request it is sending, or whose answer it reads (a stopped staging's)."""
 
     def __init__(self, session):
         session._pool_classes_by_scheme.update(http=_HTTPPool, https=_HTTPSPool)  # shared by its proxies' managers
         self._session = session
+        self._lock = threading.Lock()
+        self._in_flight: dict[int, list] = {}  # thread -> the connections of the request it sends
 
     def __getattr__(self, name: str):
         return getattr(self._session, name)
 
     def send(self, request):
+        thread, conns = threading.get_ident(), []
+        with self._lock:
+            self._in_flight[thread] = _sending.conns = conns
         streamed, request.stream_output = request.stream_output, True
         try:
-            response = self._session.send(request)
+            try:
+                response = self._session.send(request)
+            finally:
+                request.stream_output = streamed
+            if not streamed or response.status_code >= 300:
+                response._content = _read_answer(response.raw)
+                for secret in _sent_secrets(request.headers):  # an answer may repeat what it was sent (an error in a
+                    response._content = response._content.replace(secret, b"...")  # 200 too): never the credentials
+            return response
         finally:
-            request.stream_output = streamed
-        if not streamed or response.status_code >= 300:
-            response._content = _read_answer(response.raw)
-            for secret in _sent_secrets(request.headers):  # an answer may repeat what it was sent (an error in a
-                response._content = response._content.replace(secret, b"...")  # 200 too): never the credentials
-        return response
+            _sending.conns = None
+            with self._lock:
+                self._in_flight.pop(thread, None)
+
+    def cut(self) -> None:
+        """Shut down the socket of every request in flight: a blocked send or read returns at once."""
+        with self._lock:
+            conns = [conn for listed in self._in_flight.values() for conn in listed]
+        for conn in conns:
+            with contextlib.suppress(OSError, AttributeError):  # closed meanwhile; TLS to a proxy wraps a socket
+                sock = conn.sock
+                if sock is not None:
+                    getattr(sock, "socket", sock).shutdown(socket.SHUT_RDWR)
 
 
 def _sent_secrets(headers) -> list[bytes]:
@@ -353,58 +384,201 @@ def staged(client, bucket: str, key: str, remote: RemoteFile) -> bool:
         head.get("Metadata", {}).get(DIGEST_KEY) == expected_digest(remote)
 
 
+class _Stopped(Exception):
+    """The staging stopped (its first error is raised): a thread's request or fetch ends here."""
+
+
+class _Uploads(Watchdog):
+    """The watchdog of a staging run's uploads (`weightkeeper.watchdog.Watchdog`, its thread and its rules): past
+    the deadline, once `poll` raises (a deleted model), or when S3 took fewer than `pace.min_bytes_per_second *
+    stall_seconds` bytes over the last `stall_seconds` while a file was being uploaded, it fails the staging and
+    cuts every request of the client in flight (`_BoundedSession.cut`), again CUT_AGAIN_SECONDS later (what was
+    still connecting then; the abort of a multipart upload s3transfer sends on failure, once)."""
+
+    def __init__(self, client, deadline: float, pace: Pace, poll: Callable[[], None],
+                 fail: Callable[[BaseException], None], what: str, stop: threading.Event):
+        super().__init__(deadline, pace, poll, fail, what, stop)
+        self.cut = getattr(client._endpoint.http_session, "cut", lambda: None)
+        self.uploading: set[str] = set()  # the keys of the files being uploaded, their bytes or their answers awaited
+        self.taken = 0  # bytes S3 took (read to be sent; again when a request is sent again)
+        self.again: threading.Timer | None = None
+
+    @contextlib.contextmanager
+    def upload(self, key: str) -> Iterator[Callable[[int], None]]:
+        """While inside, the file is being uploaded to `key`: the function yielded counts the bytes S3 takes."""
+        with self.lock:
+            self.uploading.add(key)
+        try:
+            yield self._took
+        finally:
+            self.completing(key)
+
+    def _took(self, n: int) -> None:
+        if n > 0:  # negative: s3transfer rewinding a body to send it again
+            with self.lock:
+                self.taken += n
+
+    def completing(self, key: str) -> None:
+        """The file at `key` is no longer being uploaded, or every part of it was and they are being put together (S3
+        may take minutes to answer a CompleteMultipartUpload, sending spaces meanwhile): no pace is asked of it (the
+        deadline still holds)."""
+        with self.lock:
+            self.uploading.discard(key)
+
+    def _check_pace(self, now: float) -> None:
+        """Fail when S3 took fewer than the minimum bytes over the last `stall_seconds` with a file being uploaded."""
+        with self.lock:
+            busy, taken = bool(self.uploading), self.taken
+        if not busy or not self.pace.min_bytes_per_second:
+            self.samples.clear()
+            return
+        self.samples.append((now, taken))
+        window = self.pace.stall_seconds
+        while len(self.samples) > 1 and self.samples[1][0] <= now - window:
+            self.samples.popleft()
+        since, before = self.samples[0]
+        if now - since >= window and taken - before < self.pace.min_bytes_per_second * window:
+            raise DownloadError(f"{self.what} stalled: S3 took {taken - before} bytes in the last {window:g} s, below "
+                                f"the minimum of {self.pace.min_bytes_per_second} B/s "
+                                "(min_download_bytes_per_second); the objects already staged are kept and the next "
+                                "attempt uploads the rest")
+
+    def abort(self) -> None:
+        super().abort()
+        self.cut()
+        with self.lock:
+            if self.again is None:
+                self.again = threading.Timer(CUT_AGAIN_SECONDS, self.cut)
+                self.again.name, self.again.daemon = "watchdog-cut", True
+                self.again.start()
+
+    def __exit__(self, *exc) -> None:
+        super().__exit__(*exc)
+        if self.again is not None:
+            self.again.cancel()
+            self.again.join()
+
+
 def stage_snapshot(client, uri: str, snapshot: Snapshot,
-                   fetch_one: Callable[[RemoteFile], tuple[BinaryIO, Callable[[], None]]],
-                   on_progress: Callable[[int], None], counts: dict[str, int] | None = None) -> tuple[int, int]:
+                   fetch_one: Callable[[RemoteFile, Callable[[], None]], tuple[BinaryIO, Callable[[], None]]],
+                   on_progress: Callable[[int], None], counts: dict[str, int] | None = None,
+                   deadline: float = float("inf"), pace: Pace = Pace(), what: str | None = None) -> tuple[int, int]:
     """Upload every file of `snapshot` under `uri` that is not staged yet; returns (uploaded, skipped) files.
 
-    `fetch_one(file)` puts a verified local copy of the file on disk and returns it open, with the
-    function that removes it once uploaded. `on_progress(bytes_staged)` may raise to stop (a deleted model).
-    `counts` (bytes, uploaded, skipped), if given, is counted in as it goes: what an interrupted call did.
+    `fetch_one(file, poll)` puts a verified local copy of the file on disk and returns it open, with the
+    function that removes it once uploaded; `poll()` raises once the staging stopped (call it as the fetch goes).
+    `on_progress(bytes_staged)` may raise to stop (a deleted model); it is also called every
+    `weightkeeper.watchdog.TICK` seconds. Past `deadline` (a `time.monotonic()` value), or when S3 takes the bytes
+    slower than `pace`, the staging fails (`_Uploads`, `what` names it in the message). The first error stops every
+    file: their requests are not sent again (botocore would retry a request its body's reading stopped), and it is
+    the one raised. `counts` (bytes, uploaded, skipped), if given, is counted in as it goes: what an interrupted call
+    did. `client` is this call's own: its events stop its requests while the staging stops.
     """
     bucket, prefix = split_uri(uri)
-    lock = threading.Lock()
+    lock, stop, first = threading.Lock(), threading.Event(), [None]
     counts = {"bytes": 0, "uploaded": 0, "skipped": 0} if counts is None else counts
 
+    def fail(error: BaseException) -> None:
+        with lock:
+            if first[0] is None and not isinstance(error, _Stopped):
+                first[0] = error
+            stop.set()
+
+    def poll() -> None:
+        if stop.is_set():
+            raise _Stopped()
+
     def add(n: int, count: str | None = None) -> None:
+        poll()
         with lock:
             counts["bytes"] += n
             if count:
                 counts[count] += 1
             value = counts["bytes"]
+        try:
+            on_progress(value)
+        except BaseException as e:
+            fail(e)
+            raise
+
+    def progressed() -> None:  # the watchdog's poll
+        with lock:
+            value = counts["bytes"]
         on_progress(value)
 
+    def hold(event_name: str = "", **kwargs) -> None:  # before a request is sent: none once stopped, but an abort
+        if stop.is_set() and not event_name.endswith(".AbortMultipartUpload"):
+            raise _Stopped()
+
+    def no_retry(**kwargs) -> None:  # before botocore retries a request: none once stopped
+        poll()
+
+    def completing(params: dict, **kwargs) -> None:
+        watchdog.completing(params.get("Key"))
+
     def stage(remote: RemoteFile) -> None:
+        poll()
         key = prefix + remote.path
         if staged(client, bucket, key, remote):
             add(remote.size, "skipped")
             return
-        local, remove = fetch_one(remote)
+        local, remove = fetch_one(remote, poll)
         try:
-            with local:
-                client.upload_fileobj(local, bucket, key, Config=TRANSFER, Callback=add,
+            with local, watchdog.upload(key) as took:
+                def sent(n: int) -> None:
+                    took(n)
+                    add(n)
+
+                client.upload_fileobj(local, bucket, key, Config=TRANSFER, Callback=sent,
                                       ExtraArgs={"Metadata": {DIGEST_KEY: expected_digest(remote)}})
-        except (BotoCoreError, ClientError) as e:
-            raise s3_error(e, f"s3://{bucket}/{key}", secrets_of(client)) from None
         except Exception as e:  # noqa: BLE001 - boto3 wraps client errors in S3UploadFailedError
+            if stop.is_set():  # this upload was stopped (its error, if any, is whatever its cut request raised)
+                raise _Stopped() from None
+            if isinstance(e, (BotoCoreError, ClientError)):
+                raise s3_error(e, f"s3://{bucket}/{key}", secrets_of(client)) from None
             if isinstance(e.__cause__ or e.__context__, (BotoCoreError, ClientError)):
                 raise s3_error(e.__cause__ or e.__context__, f"s3://{bucket}/{key}", secrets_of(client)) from None
             raise
         remove()
         add(0, "uploaded")
 
-    with ThreadPoolExecutor(max_workers=CONNECTIONS, thread_name_prefix="stage") as pool:
-        futures = [pool.submit(stage, f) for f in snapshot.files]
-        errors = []
-        for future in futures:
+    def run(remote: RemoteFile) -> None:
+        try:
+            stage(remote)
+        except BaseException as e:
+            fail(e)
+            raise
+
+    watchdog = _Uploads(client, deadline, pace, progressed, fail, what or f"staging to {uri}", stop)
+    events, unique = client.meta.events, f"weightkeeper-stage-{id(stop)}"
+    hooks = [("before-send.s3", hold), ("needs-retry.s3", no_retry),
+             ("before-parameter-build.s3.CompleteMultipartUpload", completing)]
+    interrupted: BaseException | None = None  # raised in this thread while it waited: a signal (SIGTERM, Ctrl-C)
+    try:
+        for event, handler in hooks:
+            events.register_first(event, handler, unique_id=f"{unique}-{event}")
+        with watchdog, ThreadPoolExecutor(max_workers=CONNECTIONS, thread_name_prefix="stage") as pool:
+            futures = [pool.submit(run, f) for f in snapshot.files]
             try:
-                future.result()
-            except BaseException as e:  # noqa: BLE001 - first error wins, the others are dropped
-                errors.append(e)
+                for future in futures:
+                    try:
+                        future.result()
+                    except BaseException as e:  # noqa: BLE001 - a file's own error: the first one is raised below
+                        if not (future.done() and (future.cancelled() or future.exception() is e)):
+                            raise
+                        for other in futures:  # the others stop at their next chunk
+                            other.cancel()
+            except BaseException as e:  # a signal while this thread waited: every upload stops now
+                interrupted = e
+                fail(e)
+                watchdog.abort()
                 for other in futures:
                     other.cancel()
-    if errors:
-        raise errors[0]
+    finally:
+        for event, handler in hooks:
+            events.unregister(event, handler, unique_id=f"{unique}-{event}")
+    if interrupted is not None or first[0] is not None:
+        raise interrupted or first[0]
     return counts["uploaded"], counts["skipped"]
 
 
