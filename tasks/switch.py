@@ -166,10 +166,13 @@ def switch_path(name: str, path_id: int, snapshot: Snapshot):
             parent, leaf = open_parent(entry.path, settings.volume_rules)
             with parent:
                 st = parent.lstat(leaf)
-                if entry.made != LINK or st is None or not stat.S_ISLNK(st.st_mode):
+                if entry.made != LINK:
                     raise DownloadError(f"{entry.path} is the model's own copy, not a link to a shared one, so it "
                                         "cannot switch in place; declare a new model for the new revision",
                                         permanent=True)
+                if st is None or not stat.S_ISLNK(st.st_mode):  # someone replaced the link weightkeeper put there
+                    raise DownloadError(f"{entry.path} is not a link: it is left alone, and not switched; move it "
+                                        f"away and ensure {name!r} again", permanent=True)
                 reporter = Reporter(registry, name, entry, held, snapshot.total_bytes, status=READY)
                 link_shared_copy(settings, registry, model, entry, holder, parent, leaf, snapshot, reporter,
                                  switch=True)

@@ -478,3 +478,155 @@ def test_a_switch_run_started_for_a_commit_no_longer_pending_switches_nothing(wk
     assert wk.registry.claim_switch(name, entry.id, run, 600, b) == "settled"
     assert wk.registry.lease_of(Kind.PATH, entry.id) is None and wk.registry.get_model(name).commit == a
     assert wk.registry.claim_switch(name, entry.id, run, 600, c) == "claimed"
+
+
+@pytest.mark.parametrize("at", ["claim", "fill"])
+def test_a_switch_run_that_carries_another_listing_of_the_pending_commit_is_never_recorded(wk, hub, monkeypatch, at):
+    """A path run (deployed, queued past its parent's deadline) carries pending commit B as the Hub listed it then;
+    the next check, before any copy of B was made (before the run claimed the path, or after, before it recorded
+    B's copy), gets B listed otherwise (a hostile Hub) and records that listing. The stale run fills B's copy from
+    its own listing: the model is never recorded on B with a manifest that copy does not hold."""
+    import weightkeeper.tasks.download as download
+    from weightkeeper.download import listed_otherwise
+    from weightkeeper.tasks.switch import finish_switch, pending, switch_path
+
+    name, repo = f"stale-listing-{at}", f"acme/track-stale-listing-{at}"
+    a = hub.add_repo(repo, commit_files("A"))
+    wk.declare(name, f"hf://{repo}", track=True, workspaces=["team-a"], download_policy="reuse-if-exists")
+    assert ensure_model(name) == "Ready"
+    entry = wk.registry.get_model(name).local_paths[0]
+    b_files, other = commit_files("B", B_CHANGES), commit_files("B", (*B_CHANGES, SHARDS[2]))
+    b = hub.add_repo(repo, b_files)
+    assert wk.registry.head_checked(name, b, _listing(b_files), asked="main")
+    stale = pending(wk.registry.get_model(name))  # what the path run carries
+
+    def check():  # the next check: B listed otherwise
+        assert wk.registry.head_checked(name, b, _listing(other), asked="main")
+
+    if at == "claim":
+        check()
+    else:
+        writable = download.check_writable
+        monkeypatch.setattr(download, "check_writable", lambda *args, **kwargs: (check(), writable(*args, **kwargs)))
+    switch_path(name, entry.id, stale, return_state=True)
+    finish_switch(name)
+    model = wk.registry.get_model(name)
+    assert model.commit == a and not listed_otherwise(model.files, _listing(commit_files("A"))), model.message
+    assert f"update to {b} held: the Hub lists {SHARDS[2]} of it otherwise than when the shared copy" in model.message
+    assert model.pending_commit in (None, a)  # the path goes back to A if the stale run switched it
+
+    assert ensure_model(name) == "Ready"  # the Hub lists B as its copy holds it: recorded with that listing
+    model = wk.registry.get_model(name)
+    on = wk.registry.get_artifact(model.local_paths[0].artifact_id)
+    assert model.commit == on.commit == b and not listed_otherwise(on.files, model.files)
+    assert not listed_otherwise(model.files, _listing(b_files)) and model.pending_commit is None
+    path = model.local_paths[0].path
+    assert {n: open(f"{path}/{n}", "rb").read() for n in b_files} == b_files
+
+
+@pytest.mark.parametrize("when", ["filling", "renamed"])
+def test_a_model_deleted_while_its_path_switches_is_released_with_its_path_gone(wk, hub, monkeypatch, when):
+    """The user deletes a tracked model while its path switches to B: while B's copy is filled (the switch stops),
+    or once the link was renamed to B's copy and before the registry records it. The switch never records the
+    model on B, the delete is never stuck in Deleting, and nothing is left at the path."""
+    import weightkeeper.tasks.download as download
+    from weightkeeper.flows.delete_model import delete_model
+
+    name, repo = f"deleted-{when}", f"acme/track-deleted-{when}"
+    a = hub.add_repo(repo, commit_files("A"))
+    wk.declare(name, f"hf://{repo}", track=True, workspaces=["team-a"])
+    assert ensure_model(name) == "Ready"
+    path = wk.registry.get_model(name).local_paths[0].path
+    hub.add_repo(repo, commit_files("B", B_CHANGES))
+
+    def deleting(real):
+        def call(*args, **kwargs):
+            wk.registry.mark_deleting(name)  # the user, meanwhile
+            return real(*args, **kwargs)
+        return call
+
+    with monkeypatch.context() as patched:
+        if when == "filling":
+            patched.setattr(download, "_fill_shared_copy", deleting(download._fill_shared_copy))
+        else:
+            patched.setattr(Registry, "path_switched", deleting(Registry.path_switched))
+        ensure_model(name, return_state=True)
+    model = wk.registry.get_model(name)
+    assert model.phase == "Deleting" and model.commit == a
+    assert delete_model(name) == "Released"
+    left = wk.registry.find_model(name)
+    assert left is None and not os.path.lexists(path), (left.phase, left.message, left.local_paths)
+    assert all(wk.registry.lease_of(Kind.PATH, p.id) is None for p in model.local_paths)
+
+
+@pytest.mark.parametrize("when", ["claimed", "filled"])
+@pytest.mark.parametrize("what", ["directory", "link"])
+def test_a_path_replaced_by_a_workspace_user_during_a_switch_is_left_as_they_put_it(wk, hub, monkeypatch, when, what):
+    """A workspace user replaces the path's link, after the check found B (when the switch claims the path, or
+    while it fills B's copy), with a directory of their own holding a file, or with a link of their own. A directory
+    is never written into, removed or linked over: the switch fails, the model stays on A with a message that says
+    why; their link is replaced by the switch's (the path is the model's), and nothing outside is touched."""
+    import weightkeeper.tasks.download as download
+
+    name, repo = f"replaced-{what}-{when}", f"acme/track-replaced-{what}-{when}"
+    a = hub.add_repo(repo, commit_files("A"))
+    wk.declare(name, f"hf://{repo}", track=True, workspaces=["team-a"])
+    assert ensure_model(name) == "Ready"
+    path = wk.registry.get_model(name).local_paths[0].path
+    b = hub.add_repo(repo, commit_files("B", B_CHANGES))
+    theirs = os.path.join(os.path.dirname(path), "theirs")
+    os.mkdir(theirs)
+    with open(os.path.join(theirs, "mine"), "wb") as f:
+        f.write(b"precious")
+
+    def replaced(real):
+        def call(*args, **kwargs):
+            if os.path.islink(path):
+                os.unlink(path)
+                if what == "directory":
+                    os.mkdir(path)
+                    with open(os.path.join(path, "mine"), "wb") as f:
+                        f.write(b"precious")
+                else:
+                    os.symlink("theirs", path)
+            return real(*args, **kwargs)
+        return call
+
+    with monkeypatch.context() as patched:
+        if when == "claimed":
+            patched.setattr(Registry, "claim_switch", replaced(Registry.claim_switch))
+        else:
+            patched.setattr(download, "_fill_shared_copy", replaced(download._fill_shared_copy))
+        assert ensure_model(name) == "Ready"
+    model = wk.registry.get_model(name)
+    assert open(os.path.join(theirs, "mine"), "rb").read() == b"precious" and os.listdir(theirs) == ["mine"]
+    if what == "directory":
+        assert model.commit == a and not os.path.islink(path), model.message
+        assert os.listdir(path) == ["mine"] and open(os.path.join(path, "mine"), "rb").read() == b"precious"
+        said = "is not a link" if when == "claimed" else "is no longer empty"
+        assert f"update to {b} failed: {path} {said}: it is left alone, and not " in model.message
+        assert "model's own copy" not in model.message and f"{path} stays on {a}" in model.message
+    else:
+        assert model.commit == b and os.readlink(path) == f"_artifacts/{repo.replace('/', '--')}/{b}"
+    assert model.local_paths[0].lease is None
+
+
+def test_a_head_answered_in_upper_case_is_refused_and_switches_nothing(wk, hub):
+    """The Hub answers main's head as the model's own commit spelled in upper case: the check refuses it (not 40
+    lowercase hex digits), says so, and the model stays on its commit with nothing pending and nothing downloaded."""
+    import dataclasses
+
+    name, repo = "upper-head", "acme/track-upper-head"
+    a = hub.add_repo(repo, commit_files("A"))
+    wk.declare(name, f"hf://{repo}", track=True, workspaces=["team-a"])
+    assert ensure_model(name) == "Ready"
+    path = wk.registry.get_model(name).local_paths[0].path
+    stored = hub._repos[repo]
+    stored.commits[a.upper()] = dataclasses.replace(stored.commits[a], sha=a.upper())
+    stored.refs["main"] = a.upper()
+    assert ensure_model(name) == "Ready"
+    model = wk.registry.get_model(name)
+    assert model.commit == a and model.pending_commit is None and model.local_paths[0].status == "Ready"
+    assert "cannot check main: " in model.message and "not 40 hex digits" in model.message
+    assert os.readlink(path) == f"_artifacts/{repo.replace('/', '--')}/{a}"
+    assert os.listdir(os.path.dirname(os.path.join(os.path.dirname(path), os.readlink(path)))) == [a]

@@ -55,6 +55,14 @@ def _commits(s: Session, paths: list[LocalPathRow]) -> dict[int, str]:
     return dict(s.execute(select(ArtifactRow.id, ArtifactRow.commit).where(ArtifactRow.id.in_(ids))).all())
 
 
+def _made_otherwise(s: Session, paths: list[LocalPathRow], files: list[dict] | None) -> tuple[str, str] | None:
+    """A path whose shared copy was made from another listing than `files` (a switch run that started before a
+    check recorded the commit listed otherwise): (its path, the file listed otherwise)."""
+    made = dict(s.execute(select(ArtifactRow.id, ArtifactRow.files).where(
+        ArtifactRow.id.in_([p.artifact_id for p in paths if p.artifact_id]))).all())
+    return next(((p.path, name) for p in paths if (name := listed_otherwise(made.get(p.artifact_id), files))), None)
+
+
 class UpdateOps:
     """Mixed into `Registry`; uses its `_tx`, `_model`, `_path` and lease helpers."""
 
@@ -220,6 +228,14 @@ class UpdateOps:
             live = [p for p in row.paths if not p.retired]
             commits = _commits(s, live)
             if not live or any(commits.get(p.artifact_id) != row.pending_commit for p in live):
+                return None
+            if relisted := _made_otherwise(s, live, row.pending_files):  # a run that carried another listing
+                path, name = relisted
+                held = (f"update to {row.pending_commit} held: the Hub lists {name} of it otherwise than when the "
+                        f"shared copy {path} links to was made; it stays on {row.commit}: check the Hub endpoint")
+                row.pending_commit = row.pending_files = None
+                row.message = scrub_message(held)
+                self._switch_back(s, row, held)
                 return None
             switched = (row.commit, row.pending_commit)
             row.commit, row.files = row.pending_commit, row.pending_files
