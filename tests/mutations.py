@@ -1881,8 +1881,8 @@ MUTATIONS = {
         "weightkeeper/s3.py", "        super().abort()\n        self.cut()\n",
         "        super().abort()\n", "tests/test_s3_attacks.py::test_an_upload_in_parts_to_a_bucket_that_takes_bytes_slowly_stops_at_once[silent-past-the-deadline]"),
     "stage-upload-pace": (
-        "weightkeeper/s3.py", "        if not busy or not self.pace.min_bytes_per_second:\n            self.samples.clear()",
-        "        if True:\n            self.samples.clear()", "tests/test_s3_attacks.py::test_an_upload_in_parts_to_a_bucket_that_takes_bytes_slowly_stops_at_once[below-the-pace]"),
+        "weightkeeper/s3.py", "            return bool(self.uploading), self.taken",
+        "            return False, self.taken", "tests/test_s3_attacks.py::test_an_upload_in_parts_to_a_bucket_that_takes_bytes_slowly_stops_at_once[below-the-pace]"),
     "stage-upload-deadline": (
         "weightkeeper/s3.py", "        super().__init__(deadline, pace, poll, fail, what, stop)",
         "        super().__init__(float(\"inf\"), pace, poll, fail, what, stop)", "tests/test_s3_attacks.py::test_an_upload_in_parts_to_a_bucket_that_takes_bytes_slowly_stops_at_once[past-the-deadline]"),
@@ -1896,6 +1896,9 @@ MUTATIONS = {
         "weightkeeper/s3.py", ("        if stop.is_set() and not event_name.endswith(\".AbortMultipartUpload\"):\n            raise _Stopped()", "    def no_retry(**kwargs) -> None:  # before botocore retries a request: none once stopped\n        poll()"),
         ("        if False:\n            raise _Stopped()", "    def no_retry(**kwargs) -> None:  # before botocore retries a request: none once stopped\n        pass"),
         "tests/test_s3_attacks.py::test_an_upload_in_parts_to_a_bucket_that_takes_bytes_slowly_stops_at_once[past-the-deadline]"),
+    "download-pace-never-judged": (
+        "weightkeeper/watchdog.py", "        if now - since >= window and moved - before < self.pace.min_bytes_per_second * window:",
+        "        if False:", "tests/test_hub_answers.py::test_a_dripping_body_fails_at_the_minimum_pace_and_is_retried"),
 }
 
 

@@ -425,23 +425,15 @@ class _Uploads(Watchdog):
         with self.lock:
             self.uploading.discard(key)
 
-    def _check_pace(self, now: float) -> None:
-        """Fail when S3 took fewer than the minimum bytes over the last `stall_seconds` with a file being uploaded."""
+    def _moved(self) -> tuple[bool, int]:
+        """Whether a file is being uploaded, and how many bytes S3 took so far (the watchdog's pace rule)."""
         with self.lock:
-            busy, taken = bool(self.uploading), self.taken
-        if not busy or not self.pace.min_bytes_per_second:
-            self.samples.clear()
-            return
-        self.samples.append((now, taken))
-        window = self.pace.stall_seconds
-        while len(self.samples) > 1 and self.samples[1][0] <= now - window:
-            self.samples.popleft()
-        since, before = self.samples[0]
-        if now - since >= window and taken - before < self.pace.min_bytes_per_second * window:
-            raise DownloadError(f"{self.what} stalled: S3 took {taken - before} bytes in the last {window:g} s, below "
-                                f"the minimum of {self.pace.min_bytes_per_second} B/s "
-                                "(min_download_bytes_per_second); the objects already staged are kept and the next "
-                                "attempt uploads the rest")
+            return bool(self.uploading), self.taken
+
+    def _stalled(self, moved: int, window: float) -> str:
+        return (f"{self.what} stalled: S3 took {moved} bytes in the last {window:g} s, below the minimum of "
+                f"{self.pace.min_bytes_per_second} B/s (min_download_bytes_per_second); the objects already staged "
+                "are kept and the next attempt uploads the rest")
 
     def abort(self) -> None:
         super().abort()

@@ -166,23 +166,29 @@ class Watchdog:
                 if conn.abort:
                     _quietly(conn.abort)
 
-    def _check_pace(self, now: float) -> None:
-        """Fail when fewer than the minimum bytes arrived over the last `stall_seconds` with a range in flight."""
+    def _moved(self) -> tuple[bool, int]:
+        """Whether bytes are on their way (a range in flight), and how many moved so far."""
         with self.lock:
-            busy, received = bool(self.busy), self.done + sum(c.received for c in self.busy)
+            return bool(self.busy), self.done + sum(c.received for c in self.busy)
+
+    def _stalled(self, moved: int, window: float) -> str:
+        return (f"{self.what} stalled: {moved} bytes arrived in the last {window:g} s, below the minimum of "
+                f"{self.pace.min_bytes_per_second} B/s (min_download_bytes_per_second); the partial files are kept "
+                "and the next attempt resumes them")
+
+    def _check_pace(self, now: float) -> None:
+        """Fail when fewer than the minimum bytes moved over the last `stall_seconds` while bytes were on their way."""
+        busy, moved = self._moved()
         if not busy or not self.pace.min_bytes_per_second:
             self.samples.clear()
             return
-        self.samples.append((now, received))
+        self.samples.append((now, moved))
         window = self.pace.stall_seconds
         while len(self.samples) > 1 and self.samples[1][0] <= now - window:
             self.samples.popleft()
         since, before = self.samples[0]
-        if now - since >= window and received - before < self.pace.min_bytes_per_second * window:
-            raise DownloadError(f"{self.what} stalled: {received - before} bytes arrived in the last {window:g} s, "
-                                f"below the minimum of {self.pace.min_bytes_per_second} B/s "
-                                "(min_download_bytes_per_second); the partial files are kept and the next attempt "
-                                "resumes them")
+        if now - since >= window and moved - before < self.pace.min_bytes_per_second * window:
+            raise DownloadError(self._stalled(moved - before, window))
 
 
 class BodyRefused(Exception):
