@@ -28,7 +28,7 @@ from weightkeeper.planning import MAX_FAILOVERS, failover_workspace
 from weightkeeper.pods import RUN_LABEL
 from weightkeeper.registry import Holder, LocalPath, Model, Registry
 from weightkeeper.registry.common import FAILED, READY, this_host, utcnow
-from weightkeeper.registry.leases import abandoned
+from weightkeeper.registry.leases import SWITCH, abandoned
 from weightkeeper.runs import mark_run_crashed, without_prefect_heartbeat
 from weightkeeper.context import current
 
@@ -250,9 +250,10 @@ def _record(registry: Registry, name: str, failure: JobFailure) -> None:
     holder = lease.holder if lease and abandoned(lease, utcnow(), this_host()) else NOBODY
     if path.status != READY:
         registry.path_failed(name, path.id, holder, f"{failure.message}; `weightkeeper model ensure {name}` resumes it")
-    elif lease and holder != NOBODY and lease.purpose == "switch":
-        registry.end_switch(name, path.id, holder, f"switch of {path.path} to {model.pending_commit} did not finish: "
-                            f"{failure.message}; it stays on its commit until the next check")
+    elif lease and holder != NOBODY and lease.purpose == SWITCH:
+        to = model.pending_commit or "a new commit"
+        registry.end_switch(name, path.id, holder, f"switch of {path.path} to {to} did not finish: {failure.message}; "
+                            "it stays on its commit until the next check")
 
 
 def download_paths(name: str, paths: list[LocalPath], here: bool = False) -> bool:

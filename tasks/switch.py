@@ -171,8 +171,8 @@ def switch_path(name: str, path_id: int, snapshot: Snapshot):
                                         "cannot switch in place; declare a new model for the new revision",
                                         permanent=True)
                 if st is None or not stat.S_ISLNK(st.st_mode):  # someone replaced the link weightkeeper put there
-                    raise DownloadError(f"{entry.path} is not a link: it is left alone, and not switched; move it "
-                                        f"away and ensure {name!r} again", permanent=True)
+                    raise DownloadError(f"{entry.path} is not a link: it is left alone, and not switched; move what "
+                                        f"stands there away, if anything, and ensure {name!r} again", permanent=True)
                 reporter = Reporter(registry, name, entry, held, snapshot.total_bytes, status=READY)
                 link_shared_copy(settings, registry, model, entry, holder, parent, leaf, snapshot, reporter,
                                  switch=True)

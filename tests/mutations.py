@@ -1018,8 +1018,8 @@ MUTATIONS = {
                              "tests/test_api.py::test_refused_requests"),
     "api-route-errors-unshaped": ("weightkeeper/api.py", "    @app.exception_handler(StarletteHTTPException)",
                                   "    @app.exception_handler(HTTPException)", "tests/test_api.py::test_refused_requests"),
-    "hf-endpoint-unchecked": ("weightkeeper/config.py", '        if url is not None and not re.fullmatch(',
-                              '        if False and not re.fullmatch(',
+    "hf-endpoint-unchecked": ("weightkeeper/config.py", '        if url is not None and not (re.fullmatch(',
+                              '        if False and not (re.fullmatch(',
                               "tests/test_config.py::test_a_wrong_type_is_one_line_naming_the_key_and_the_file"),
     "orphaned-fetch-goes-on": (
         "weightkeeper/watchdog.py", "                if ORPHANED.is_set():", "                if False:",
@@ -1827,7 +1827,7 @@ MUTATIONS = {
         "weightkeeper/cli.py", "p.add_argument(\"--api-url\", required=True, type=_api_url, help=",
         "p.add_argument(\"--api-url\", required=True, help=", "tests/test_kube.py::test_worker_manifests_from_the_cli"),
     "jobs-cut-off-switch-keeps-its-progress": (
-        "flows/jobs.py", "elif lease and holder != NOBODY and lease.purpose == \"switch\":",
+        "flows/jobs.py", "elif lease and holder != NOBODY and lease.purpose == SWITCH:",
         "elif False:", "tests/test_tracking.py::test_a_switch_cut_off_with_its_process_says_so_instead_of_its_last_progress"),
     "jobs-cut-off-switch-told-over-a-live-run": (
         "flows/jobs.py", "lease and holder != NOBODY and lease.purpose",
@@ -1851,8 +1851,8 @@ MUTATIONS = {
         "weightkeeper/hub.py", "    if bad := [s.rfilename for s in listed if not isinstance(s.rfilename, str)]:",
         "    if bad := [s.rfilename for s in listed if not isinstance(s.rfilename, str) and s.rfilename]:", "tests/test_hub_answers.py::test_a_listing_of_values_of_the_wrong_type_is_refused_not_a_traceback"),
     "hub-redirect-addresses-unbounded": (
-        "weightkeeper/hub.py", "addresses=usable[:MAX_ADDRESSES]",
-        "addresses=usable", "tests/test_hub_answers.py::test_a_redirect_host_of_many_addresses_is_tried_at_its_first_four_only"),
+        "weightkeeper/hub.py", "    picked = addresses[:MAX_ADDRESSES]",
+        "    picked = addresses", "tests/test_hub_answers.py::test_a_redirect_host_of_many_addresses_is_tried_at_its_first_four_only"),
     "prune-removes-what-it-did-not-list": (
         "weightkeeper/fsops.py", "                    parent.rmdir(leaf)  # only ever an empty one",
         "                    parent.remove(leaf)", "tests/test_fs_attacks.py::test_a_deep_tree_planted_in_an_adopted_directory_never_crashes_its_cleanup"),
@@ -1866,11 +1866,15 @@ MUTATIONS = {
         "tasks/verify.py", "    except (DownloadError, UnsafePathError, OSError) as e:  # and the volume's own errors",
         "    except (DownloadError, UnsafePathError) as e:  # and the volume's own errors", "tests/test_fs_attacks.py::test_a_repair_of_an_own_copy_the_volume_refuses_fails_the_path_never_the_task"),
     "unreadable-takes-a-want-of-descriptors": (
-        "weightkeeper/verify.py", "    if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EINTR, errno.EAGAIN):\n        raise e\n",
+        "weightkeeper/verify.py", "    if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EINTR, errno.EAGAIN, errno.ESTALE, errno.ETIMEDOUT):\n        raise e\n",
         "", "tests/test_fs_attacks.py::test_a_want_of_descriptors_or_memory_is_raised_never_taken_for_a_damaged_file"),
     "config-endpoint-host-any-characters": (
-        "weightkeeper/config.py", "(?i:https?)://[A-Za-z0-9._:\\[\\]-]+(/",
-        "(?i:https?)://[^/?#\\s@]+(/", "tests/test_config.py::test_a_wrong_type_is_one_line_naming_the_key_and_the_file"),
+        "weightkeeper/config.py", "not (re.fullmatch(ENDPOINT, url) and _port_ok(url))",
+        "not re.fullmatch(r\"(?i:https?)://[^/?#\\s@]+(/[^?#\\s]*)?\", url)",
+        "tests/test_config.py::test_a_wrong_type_is_one_line_naming_the_key_and_the_file"),
+    "config-endpoint-port-unchecked": (
+        "weightkeeper/config.py", "not (re.fullmatch(ENDPOINT, url) and _port_ok(url))", "not re.fullmatch(ENDPOINT, url)",
+        "tests/test_config.py::test_a_wrong_type_is_one_line_naming_the_key_and_the_file"),
     "model-switched-ignores-copy-listing": (
         "weightkeeper/registry/updates.py", "            if relisted := _made_otherwise(s, live, row.pending_files):",
         "            if relisted := None and _made_otherwise(s, live, row.pending_files):", "tests/test_tracking_attacks.py::test_a_switch_run_that_carries_another_listing_of_the_pending_commit_is_never_recorded"),
@@ -1899,6 +1903,15 @@ MUTATIONS = {
     "download-pace-never-judged": (
         "weightkeeper/watchdog.py", "        if now - since >= window and moved - before < self.pace.min_bytes_per_second * window:",
         "        if False:", "tests/test_hub_answers.py::test_a_dripping_body_fails_at_the_minimum_pace_and_is_retried"),
+    "verify-lstat-unreadable": (
+        "weightkeeper/verify.py", "    except OSError as e:  # a directory on the way this process may list but not search\n        return _unreadable(path, e)",
+        "    except FileNotFoundError:\n        st = None", "tests/test_fs_attacks.py::test_a_directory_the_service_may_list_but_not_search_is_a_problem_of_the_copy"),
+    "redirect-addresses-one-of-each-family": (
+        "weightkeeper/hub.py", "    return picked if other is None or other in picked else picked[:-1] + (other,)",
+        "    return picked", "tests/test_hub_answers.py::test_a_redirect_host_of_both_families_has_one_of_the_other_tried"),
+    "stage-first-error-cuts": (
+        "weightkeeper/s3.py", "            if not isinstance(e, _Stopped):\n                watchdog.abort()",
+        "            if False:\n                watchdog.abort()", "tests/test_s3_attacks.py::test_a_files_own_error_stops_the_other_uploads_at_once"),
 }
 
 

@@ -49,6 +49,10 @@ def refused(config, text: str) -> str:
                                   "https://huggingface.co, got 'not a url'"),
     ('hf_endpoint = "http://[fe80::1%25eth0]:8080"', "hf_endpoint (here or in $HF_ENDPOINT) must be an http:// or "
      "https:// URL such as https://huggingface.co, got 'http://[fe80::1%25eth0]:8080'"),
+    ('hf_endpoint = "http://hub:99999/"', "hf_endpoint (here or in $HF_ENDPOINT) must be an http:// or https:// URL "
+                                         "such as https://huggingface.co, got 'http://hub:99999/'"),
+    ('hf_endpoint = "http://[::1]]/"', "hf_endpoint (here or in $HF_ENDPOINT) must be an http:// or https:// URL "
+                                      "such as https://huggingface.co, got 'http://[::1]]/'"),
     ('hf_endpoint = "http://hub.ex%61mple"', "hf_endpoint (here or in $HF_ENDPOINT) must be an http:// or https:// URL "
                                             "such as https://huggingface.co, got 'http://hub.ex%61mple'"),
     ("max_concurrent_downloads = 99999999", "max_concurrent_downloads must be at most 10000, got 99999999; a negative "

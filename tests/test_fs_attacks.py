@@ -222,9 +222,35 @@ def test_a_want_of_descriptors_or_memory_is_raised_never_taken_for_a_damaged_fil
     of descriptors or memory is raised, so that a busy host never refetches files that are whole."""
     from weightkeeper.verify import _unreadable
 
-    for code in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+    for code in (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ESTALE):
         with pytest.raises(OSError) as e:
             _unreadable("m/x.bin", OSError(code, os.strerror(code)))
         assert e.value.errno == code
     for code in (errno.EACCES, errno.EIO):
         assert _unreadable("m/x.bin", OSError(code, os.strerror(code))).reason == f"cannot be read: {os.strerror(code)}"
+
+
+@pytest.mark.without_prefect_server
+def test_a_directory_the_service_may_list_but_not_search_is_a_problem_of_the_copy(tmp_path, monkeypatch):
+    """`sub` is mode r--r--r-- to the service: it opens, but its entries cannot be looked up (EACCES from the stat):
+    a problem of the copy, in the quick check as in the full one, never an error of the whole check."""
+    import hashlib
+
+    from weightkeeper.anchored import Dir
+    from weightkeeper.download import RemoteFile
+    from weightkeeper.verify import verify_copy
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.bin").write_bytes(b"hello\n")
+    remote = RemoteFile("sub/a.bin", 6, "", sha256=hashlib.sha256(b"hello\n").hexdigest())
+    real = Dir.lstat
+
+    def lstat(self, name):
+        if name == "a.bin":
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), name)
+        return real(self, name)
+
+    monkeypatch.setattr(Dir, "lstat", lstat)
+    with Dir.root(tmp_path) as d:
+        for deep in (False, True):
+            assert [p.reason for p in verify_copy(d, [remote], deep=deep)] == ["cannot be read: Permission denied"]

@@ -727,6 +727,21 @@ def test_a_redirect_host_of_many_addresses_is_tried_at_its_first_four_only(monke
     assert to.problem is None and to.addresses == ("8.8.0.0", "8.8.1.1", "8.8.2.2", "8.8.3.3")
 
 
+def test_a_redirect_host_of_both_families_has_one_of_the_other_tried(monkeypatch):
+    """A CDN answers 8 IPv6 addresses, then 4 IPv4 ones: the first four would all be IPv6, and a host whose IPv6 route
+    is blackholed would never reach it. One IPv4 address takes the fourth place."""
+    import weightkeeper.hub
+
+    six = [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", (f"2600:9000:{i}::1", 0, 0, 0)) for i in range(8)]
+    four = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (f"18.160.0.{i}", 0)) for i in range(1, 5)]
+    monkeypatch.setattr(weightkeeper.hub.socket, "getaddrinfo",
+                        lambda host, *a, **k: six + four if host == "cdn.example" else [(0, 0, 0, "", ("8.8.8.8", 0))])
+    monkeypatch.setattr(weightkeeper.hub, "allowed_gai_family", lambda: socket.AF_UNSPEC)
+    to = route("https://cdn.example/x", "https://8.8.8.8", ())
+    assert to.problem is None
+    assert to.addresses == ("2600:9000:0::1", "2600:9000:1::1", "2600:9000:2::1", "18.160.0.1"), to.addresses
+
+
 def test_from_a_public_endpoint_no_redirect_goes_to_a_loopback_link_local_or_private_address():
     assert "private" in route("https://10.1.2.3/x", "https://8.8.8.8", ()).problem
     assert "link-local" in route("https://[fe80::1]/x", "https://8.8.8.8", ()).problem

@@ -520,3 +520,42 @@ def test_an_upload_in_parts_to_a_bucket_that_takes_bytes_slowly_stops_at_once(so
     assert not direct.list_objects_v2(Bucket=bucket).get("Contents")
     assert _left_running() == []
     assert not [k for k in client.meta.events._emitter._unique_id_handlers if str(k).startswith("weightkeeper-stage")]
+
+
+def test_a_files_own_error_stops_the_other_uploads_at_once(source, tmp_path):
+    """One file fails on its own (its fetch from the Hub) while another's upload waits on a bucket that takes none of
+    its bytes: that upload is cut at once, not left to its send timeout or the pace rule (60 s here)."""
+    bucket, _, proxy, client = source
+    data = random.Random("own-error").randbytes(4 << 20)
+    (tmp_path / "a.bin").write_bytes(data)
+    files = (RemoteFile("a.bin", len(data), "", sha256=hashlib.sha256(data).hexdigest()),
+             RemoteFile("b.bin", 10, "", sha256="0" * 64))
+    uri = f"s3://{bucket}/staging/acme--m/{'0' * 40}/"
+
+    def fetch_one(f, poll):
+        if f.path == "b.bin":
+            time.sleep(1.5)  # a.bin's upload is under way, the bucket taking none of it
+            raise DownloadError("b.bin could not be fetched", permanent=True)
+        return open(tmp_path / f.path, "rb"), lambda: None
+
+    outcome: dict[str, BaseException] = {}
+
+    def stage() -> None:
+        try:
+            s3.stage_snapshot(client, uri, Snapshot("acme/m", "0" * 40, files), fetch_one, lambda n: None,
+                              pace=s3.Pace(0, 60))
+        except BaseException as e:  # noqa: BLE001 - judged below
+            outcome["error"] = e
+
+    proxy.drip_uploads(0)
+    started = time.monotonic()
+    staging = threading.Thread(target=stage, daemon=True)
+    staging.start()
+    try:
+        staging.join(30)
+        took, alive = time.monotonic() - started, staging.is_alive()
+    finally:
+        proxy.reset()
+        staging.join(30)
+    assert not alive and took < 6, took
+    assert str(outcome["error"]) == "b.bin could not be fetched"

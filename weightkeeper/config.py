@@ -60,6 +60,7 @@ import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -287,6 +288,18 @@ class _Environment(EnvSettingsSource):
             return value  # refused with the setting's own message
 
 
+ENDPOINT = r"(?i:https?)://(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{0,5})?(/[^?#\s]*)?"  # hf_endpoint: plain host
+
+
+def _port_ok(url: str) -> bool:
+    """Its port, if any, is one (urlsplit raises for 99999, and for a bracketed IPv4 address)."""
+    try:
+        urlsplit(url).port
+    except ValueError:
+        return False
+    return True
+
+
 class Settings(BaseSettings):
     """The settings of this process: the file's, or the environment's for its top-level scalars, or defaults."""
 
@@ -372,7 +385,7 @@ class Settings(BaseSettings):
     @field_validator("hf_endpoint")
     @classmethod
     def _endpoint(cls, url: str | None) -> str | None:
-        if url is not None and not re.fullmatch(r"(?i:https?)://[A-Za-z0-9._:\[\]-]+(/[^?#\s]*)?", url):
+        if url is not None and not (re.fullmatch(ENDPOINT, url) and _port_ok(url)):
             shown = f", got {url!r}" if "@" not in url else " without user or token in it"
             raise ValueError(f"(here or in $HF_ENDPOINT) must be an http:// or https:// URL such as "
                              f"https://huggingface.co{shown}")

@@ -279,7 +279,15 @@ def route(location: str, endpoint: str, allowed: Collection[str]) -> Route:
     ipv4_only = allowed_gai_family() == socket.AF_INET
     if not (usable := tuple(a for a in addresses if not ipv4_only or ":" not in a)):
         raise DownloadError(f"{host} has no IPv4 address and this host has no IPv6; will retry")
-    return Route(location, addresses=usable[:MAX_ADDRESSES])
+    return Route(location, addresses=_capped(usable))
+
+
+def _capped(addresses: tuple[str, ...]) -> tuple[str, ...]:
+    """The first MAX_ADDRESSES in the resolver's order, one of them of the other family when there is one (a host
+    whose IPv6 route is blackholed still has an IPv4 address tried, as it had when every address was)."""
+    picked = addresses[:MAX_ADDRESSES]
+    other = next((a for a in addresses if (":" in a) != (":" in addresses[0])), None)
+    return picked if other is None or other in picked else picked[:-1] + (other,)
 
 
 def _get(to: Route, headers: dict[str, str], timeout: urllib3.Timeout,

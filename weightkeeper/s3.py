@@ -539,6 +539,8 @@ def stage_snapshot(client, uri: str, snapshot: Snapshot,
             stage(remote)
         except BaseException as e:
             fail(e)
+            if not isinstance(e, _Stopped):
+                watchdog.abort()  # the other files' requests in flight end now, not at their next chunk or timeout
             raise
 
     watchdog = _Uploads(client, deadline, pace, progressed, fail, what or f"staging to {uri}", stop)

@@ -101,8 +101,9 @@ def _problem(st: os.stat_result | None, path: str, size: int) -> Problem | None:
 def _unreadable(path: str, e: OSError) -> Problem:
     """A file of the copy that cannot be opened or read (its mode changed by whoever may, a mount of theirs, the
     volume's I/O error): a problem of the copy, repaired as any other, never an error of the whole check. This
-    process's own want of descriptors or memory is no fault of the copy: it is raised."""
-    if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EINTR, errno.EAGAIN):
+    process's own want of descriptors or memory, and a network filesystem failing over, are no fault of the copy:
+    they are raised."""
+    if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EINTR, errno.EAGAIN, errno.ESTALE, errno.ETIMEDOUT):
         raise e
     return Problem(path, f"cannot be read: {e.strerror or e}")
 
@@ -111,7 +112,11 @@ def _check_entry(d: Dir, name: str, path: str, size: int, remote: RemoteFile | N
     """The entry's problem by its stat (nothing else is opened); with `remote`, the file is then opened once
     without following a link, and what was opened is checked again and hashed (an entry swapped or grown since
     the stat is never read past its recorded size)."""
-    if (problem := _problem(d.lstat(name), path, size)) or remote is None:
+    try:
+        st = d.lstat(name)
+    except OSError as e:  # a directory on the way this process may list but not search
+        return _unreadable(path, e)
+    if (problem := _problem(st, path, size)) or remote is None:
         return problem
     if problem := digest_problem(remote):
         return Problem(path, f"cannot be checked: {problem}")

@@ -23,6 +23,7 @@ from weightkeeper.registry.schema import LeaseRow, LocalPathRow, ModelRow
 
 
 CLEANUP = "cleanup"  # the purpose of a path lease taken to remove the path
+SWITCH = "switch"  # the purpose of a path lease taken to switch a Ready path to another commit
 
 
 class Kind(StrEnum):

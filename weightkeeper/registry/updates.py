@@ -20,7 +20,7 @@ from weightkeeper.errors import ConflictError
 from weightkeeper.layout import copy_name
 from weightkeeper.planning import TURNS, changed_bytes, last_turn
 from weightkeeper.registry.common import DELETING, READY, scrub_message, utcnow
-from weightkeeper.registry.leases import Kind
+from weightkeeper.registry.leases import SWITCH, Kind
 from weightkeeper.registry.schema import ArtifactRow, LocalPathRow, ModelRow
 
 
@@ -185,7 +185,7 @@ class UpdateOps:
                         f"switch would move too; it stays on {row.commit}")
                 p.message = row.message = held
                 return "shared"
-            if self._take(s, Kind.PATH, p.id, holder, lease_seconds, "switch"):
+            if self._take(s, Kind.PATH, p.id, holder, lease_seconds, SWITCH):
                 return "busy"
             return "claimed"
 
