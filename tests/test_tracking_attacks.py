@@ -29,6 +29,14 @@ def _killed(*args, **kwargs):
     raise Killed("killed between the rename and its record")
 
 
+def _first(action, real):
+    """`real`, with `action()` done just before each call to it (a user acting meanwhile)."""
+    def call(*args, **kwargs):
+        action()
+        return real(*args, **kwargs)
+    return call
+
+
 @pytest.mark.parametrize("when", ["checking", "failing", "switching"])
 def test_a_revision_asked_for_while_a_check_is_out_is_never_taken_for_the_commit_switched_to(wk, hub, monkeypatch,
                                                                                             when):
@@ -52,10 +60,7 @@ def test_a_revision_asked_for_while_a_check_is_out_is_never_taken_for_the_commit
     c = hub.add_repo(repo, commit_files("C", (SHARDS[2],)), revision="v2")
 
     def asking(real):
-        def call(*args, **kwargs):
-            wk.registry.request_revision(name, "v2")  # the user, meanwhile
-            return real(*args, **kwargs)
-        return call
+        return _first(lambda: wk.registry.request_revision(name, "v2"), real)  # the user, meanwhile
 
     with monkeypatch.context() as patched:
         if when != "switching":
@@ -540,10 +545,7 @@ def test_a_model_deleted_while_its_path_switches_is_released_with_its_path_gone(
     hub.add_repo(repo, commit_files("B", B_CHANGES))
 
     def deleting(real):
-        def call(*args, **kwargs):
-            wk.registry.mark_deleting(name)  # the user, meanwhile
-            return real(*args, **kwargs)
-        return call
+        return _first(lambda: wk.registry.mark_deleting(name), real)  # the user, meanwhile
 
     with monkeypatch.context() as patched:
         if when == "filling":
@@ -579,18 +581,18 @@ def test_a_path_replaced_by_a_workspace_user_during_a_switch_is_left_as_they_put
     with open(os.path.join(theirs, "mine"), "wb") as f:
         f.write(b"precious")
 
+    def replace() -> None:
+        if os.path.islink(path):
+            os.unlink(path)
+            if what == "directory":
+                os.mkdir(path)
+                with open(os.path.join(path, "mine"), "wb") as f:
+                    f.write(b"precious")
+            else:
+                os.symlink("theirs", path)
+
     def replaced(real):
-        def call(*args, **kwargs):
-            if os.path.islink(path):
-                os.unlink(path)
-                if what == "directory":
-                    os.mkdir(path)
-                    with open(os.path.join(path, "mine"), "wb") as f:
-                        f.write(b"precious")
-                else:
-                    os.symlink("theirs", path)
-            return real(*args, **kwargs)
-        return call
+        return _first(replace, real)
 
     with monkeypatch.context() as patched:
         if when == "claimed":
