@@ -85,13 +85,19 @@ class HubProcess:
         for repo_id, directory in repos.items():
             args += ["--repo", f"{repo_id}={directory}"]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        atexit.register(self.stop)  # also when the benchmark fails before it stops the server
         self.url = self.proc.stdout.readline().strip()
         if not self.url.startswith("http"):
             raise RuntimeError("the Hub server did not start")
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 def write_config(root: Path, endpoint: str, volumes: dict[str, Path], **settings) -> Path:

@@ -1,7 +1,7 @@
 """Reconcile pass time and API list latency with many models in the registry, on SQLite and PostgreSQL.
 
     .venv/bin/python bench/api_reconcile.py [--models 10000] [--requests 50] [--db sqlite|postgresql|both]
-        [--due 0.01] [--only api|reconcile|both]
+        [--due 0.01] [--only api|reconcile|both] [--quick]
 
 The reconcile half inserts models Ready with realistic rows: two own copies each, a 10-file manifest (as
 `set_snapshot` records it) and the files on disk (hard links to one set of small files: the size check still
@@ -10,21 +10,32 @@ hashed within its interval), then one where every copy is due for its size check
 full hash, each best of 3.
 The API half inserts models Ready (two paths each, no manifest); the API is called in process through its
 ASGI app (no network). PostgreSQL uses a scratch database on 127.0.0.1:5432 that is dropped afterwards.
+Prints its figures, then rows of bench/run_all.py's table (a page against the whole list before pagination);
+`--quick`: 1,000 models.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
 
-from _setup import postgres_database
+from _setup import postgres_database, row
 
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 TOKEN = "bench-token"
+
+
+def scratch(prefix: str = "wk-bench-") -> Path:
+    """A temporary directory, removed when this process exits."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def write_config(root: Path, registry_url: str) -> Path:
@@ -160,7 +171,7 @@ def bench_reconcile(label: str, registry_url: str, count: int, due: float) -> No
     from weightkeeper.registry import open_registry
     from weightkeeper.runs import run_here
 
-    root = Path(tempfile.mkdtemp(prefix="wk-bench-"))
+    root = scratch()
     config = write_config(root, registry_url)
     os.environ["WEIGHTKEEPER_CONFIG"] = str(config)
     settings = load_settings(config)
@@ -184,6 +195,8 @@ def bench_reconcile(label: str, registry_url: str, count: int, due: float) -> No
             print(f"{label}: reconcile, {what}: {best:.2f} s  ({best / count * 1e6:7.1f} us/model, best of 3; "
                   f"CPU of this process {cpu:.2f} s; {due_copies} copies due for a hash; outcomes: "
                   f"{', '.join(f'{n} {o}' for o, n in sorted(tally.items()))})")
+            row(f"reconcile pass, {count:,} models (2 copies, 10-file manifests), {what}, registry on {label}, "
+                "best of 3", f"{best:.2f} s ({best / count * 1e6:.0f} µs/model)", "none (no reference tool)", "")
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -209,7 +222,7 @@ def bench(label: str, registry_url: str, count: int, requests: int) -> None:
     from weightkeeper.config import load_settings
     from weightkeeper.registry import open_registry
 
-    root = Path(tempfile.mkdtemp(prefix="wk-bench-"))
+    root = scratch()
     config = write_config(root, registry_url)
     add_viewer(config, root)
     os.environ["WEIGHTKEEPER_CONFIG"] = str(config)
@@ -237,6 +250,8 @@ def bench(label: str, registry_url: str, count: int, requests: int) -> None:
             one[i] = time.perf_counter() - start
     print(f"{label}: API get one model  p50 {percentile(one, 50) * 1e3:6.1f} ms  "
           f"p99 {percentile(one, 99) * 1e3:6.1f} ms")
+    row(f"API `GET /api/v1/models/{{name}}`, {count:,} models, registry on {label}",
+        f"p50 {percentile(one, 50) * 1e3:.1f} ms, p99 {percentile(one, 99) * 1e3:.1f} ms", "none (no reference tool)", "")
 
 
 USERS = {"bench": {"Authorization": f"Bearer {TOKEN}"}, "viewer": {"Authorization": f"Bearer {VIEWER_TOKEN}"}}
@@ -264,6 +279,9 @@ def pages(client, label: str, whole_p99: float, count: int) -> None:
         print(f"{label}: after: page of 100, {what:18s} as {who:6s}  p50 {p50 * 1e3:6.1f} ms  p99 {p99 * 1e3:6.1f} ms"
               f"  ({whole_p99 / p99:4.0f}x the whole list at p99; this process's CPU p50 "
               f"{percentile(cpu, 50) * 1e3:5.1f} ms, p99 {percentile(cpu, 99) * 1e3:5.1f} ms; {count} pages)")
+        row(f"API page of 100, {what} as {who}, registry on {label}", f"p50 {p50 * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms",
+            f"p99 {whole_p99 * 1e3:.0f} ms (the whole list, as before pagination)",
+            f"{whole_p99 / p99:.0f}x faster at p99")
 
 
 def main() -> None:
@@ -273,11 +291,14 @@ def main() -> None:
     parser.add_argument("--db", choices=["sqlite", "postgresql", "both"], default="both")
     parser.add_argument("--due", type=float, default=0.01, help="share of copies due for a full hash in pass 2")
     parser.add_argument("--only", choices=["api", "reconcile", "both"], default="both")
+    parser.add_argument("--quick", action="store_true", help="1,000 models")
     args = parser.parse_args()
+    if args.quick:
+        args.models = 1_000
     for label in ("sqlite", "postgresql"):
         if args.db not in (label, "both"):
             continue
-        url = (lambda: f"sqlite:///{tempfile.mkdtemp(prefix='wk-bench-db-')}/registry.db") if label == "sqlite" \
+        url = (lambda: f"sqlite:///{scratch('wk-bench-db-')}/registry.db") if label == "sqlite" \
             else (lambda: postgres_database("psycopg"))
         if args.only in ("reconcile", "both"):
             bench_reconcile(label, url(), args.models, args.due)

@@ -56,6 +56,7 @@ def main() -> None:
         write_config(root, hub.url, {"bench": root / "volume"})
         subprocess.run(["cat", *(str(p) for p in (root / "hub" / "blobs").iterdir())], stdout=subprocess.DEVNULL)
 
+        from weightkeeper.anchored import Dir
         from weightkeeper.flows.ensure_model import ensure_model
         from weightkeeper.config import load_settings
         from weightkeeper.hub import fetch_snapshot, resolve_snapshot
@@ -74,8 +75,9 @@ def main() -> None:
 
         def fetch_only(dest: Path) -> None:
             snapshot = resolve_snapshot(HfSource("bench/big", "main"), hub.url, None)
-            fetch_snapshot(HfSource("bench/big", snapshot.commit), snapshot, dest, hub.url, None, lambda done: None,
-                           time.monotonic() + 600)
+            with Dir.root(dest, create=True) as target:  # fetch_snapshot writes through the anchored layer
+                fetch_snapshot(HfSource("bench/big", snapshot.commit), snapshot, target, hub.url, None,
+                               lambda done: None, time.monotonic() + 600)
 
         pipeline("warm-up", "hf://bench/tiny")
         best: dict[str, float] = {}

@@ -3,8 +3,10 @@
     .venv/bin/python bench/sharing.py [--models 10] [--mib 64] [--quick]
 
 Runs the real pipeline (ensure-model through Prefect, the real client, the loopback Hub server)
-and measures each volume with `du -sB1` (allocated bytes), the reference a user would run. Prints a
-row of bench/run_all.py's table; `--quick` uses 4 models of 16 MiB.
+and measures each volume with `du -sB1` (allocated bytes), the reference a user would run. The
+reference is `hf download` into each model's directory: 10 own copies. (weightkeeper's own
+`always-download` models are no such reference any more: on one volume they hard-link the files of a
+verified copy already there.) Prints a row of bench/run_all.py's table; `--quick` uses 4 models of 16 MiB.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
-from _setup import prepare_environment
+from _setup import prepare_environment, sh
 
 
 def du(path: Path) -> int:
@@ -42,25 +45,26 @@ def main() -> None:
 
         hub = HubServer(root / "hub").start()
         hub.add_repo("bench/shared", {"model.safetensors": os.urandom(args.mib << 20), "config.json": b"{}"})
-        lines = [f'home = "{root}"', f'hf_endpoint = "{hub.url}"']
-        for policy in ("reuse-if-exists", "always-download"):
-            (root / policy).mkdir()
-            lines += ["[[workspaces]]", f'name = "{policy}"', f'volume = "{root / policy}"']
-        (root / "config.toml").write_text("\n".join(lines) + "\n")
+        (root / "shared").mkdir()
+        (root / "config.toml").write_text(f'home = "{root}"\nhf_endpoint = "{hub.url}"\n[[workspaces]]\n'
+                                          f'name = "shared"\nvolume = "{root / "shared"}"\n')
         os.environ["WEIGHTKEEPER_CONFIG"] = str(root / "config.toml")
         settings = load_settings()
         registry = registry_for(settings)
-        for policy in ("reuse-if-exists", "always-download"):
-            for i in range(args.models):
-                name = f"{policy[:5]}-{i}"
-                declare_model(settings, registry, name=name, source="hf://bench/shared", owner_name="bench",
-                              owner_uid=os.getuid(), workspaces=[policy], subpath=f"models/m{i}",
-                              download_policy=policy)
-                assert run_here(ensure_model, name) == "Ready"
-        shared, copies = du(root / "reuse-if-exists"), du(root / "always-download")
+        hf, env = str(Path(sys.executable).parent / "hf"), dict(os.environ, HF_ENDPOINT=hub.url)
+        for i in range(args.models):
+            declare_model(settings, registry, name=f"shared-{i}", source="hf://bench/shared", owner_name="bench",
+                          owner_uid=os.getuid(), workspaces=["shared"], subpath=f"models/m{i}",
+                          download_policy="reuse-if-exists")
+            assert run_here(ensure_model, f"shared-{i}") == "Ready"
+            sh(hf, "download", "bench/shared", "--local-dir", str(root / "copies" / f"m{i}"), env=env)
+        for cache in (root / "copies").glob("*/.cache"):  # hf's own bookkeeping, not the model's bytes
+            subprocess.run(["rm", "-rf", str(cache)], check=True)
+        shared, copies = du(root / "shared"), du(root / "copies")
         hub.stop()
     print(f"| sharing: {args.models} models on one {args.mib} MiB snapshot, bytes on disk | {shared:,} (reuse-if-exists) "
-          f"| {copies:,} (always-download; `du -sB1`) | {copies / shared:.2f}x less with sharing |")
+          f"| {copies:,} (`hf download` into each model's directory; `du -sB1`) | {copies / shared:.2f}x less with "
+          "sharing |")
 
 
 if __name__ == "__main__":
