@@ -57,6 +57,7 @@ def main() -> None:
         subprocess.run(["cat", *(str(p) for p in (root / "hub" / "blobs").iterdir())], stdout=subprocess.DEVNULL)
 
         from weightkeeper.anchored import Dir
+        from weightkeeper.flows.delete_model import delete_model
         from weightkeeper.flows.ensure_model import ensure_model
         from weightkeeper.config import load_settings
         from weightkeeper.hub import fetch_snapshot, resolve_snapshot
@@ -94,7 +95,8 @@ def main() -> None:
                 best[tool] = min(best.get(tool, elapsed), elapsed)
                 print(f"{tool:>12}: {elapsed:6.2f} s  {total / MIB / elapsed:7.1f} MiB/s", flush=True)
                 shutil.rmtree(root / tool, ignore_errors=True)
-                shutil.rmtree(root / "volume" / "models" / f"big-{attempt}", ignore_errors=True)
+            # deleted as a user would (untimed): nothing of it is left to reuse, and the registry knows it is gone
+            assert run_here(delete_model, f"big-{attempt}") == "Released"
         hub.stop()
 
     def rate(tool: str) -> str:
