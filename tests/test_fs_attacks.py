@@ -143,13 +143,16 @@ def test_whatever_is_planted_in_a_model_directory_only_its_names_go(tmp_path):
     assert (outside / "keep" / "f").read_bytes() == b"keep"
 
 
-def _unreadable_to_the_service(monkeypatch, locked: Path) -> None:
+def _unreadable_to_the_service(monkeypatch, locked: Path) -> int:
     """`locked` (that inode, whatever its name) cannot be opened for reading by the service, as a file whose owner
     made it mode 000 is to a service that is not root (or root squashed on NFS), or one under a FUSE mount of theirs
-    without allow_other: EACCES. The tests run as root, which no mode stops, so the refusal is emulated."""
+    without allow_other: EACCES. The tests run as root, which no mode stops, so the refusal is emulated. Returns a
+    descriptor of it for the test to close at its end: held open, its inode number is never reused by the file a
+    repair puts in its place (which would then be refused as well)."""
     from weightkeeper.anchored import Dir
 
-    inode, real = os.stat(locked).st_ino, Dir.open
+    held = os.open(locked, os.O_RDONLY)
+    inode, real = os.fstat(held).st_ino, Dir.open
 
     def denied(self, name, flags, mode=0o644):
         st = self.lstat(name)
@@ -158,6 +161,7 @@ def _unreadable_to_the_service(monkeypatch, locked: Path) -> None:
         return real(self, name, flags, mode)
 
     monkeypatch.setattr(Dir, "open", denied)
+    return held
 
 
 @pytest.mark.parametrize("sharing", [False, True])
@@ -180,10 +184,13 @@ def test_a_file_the_service_may_not_read_is_a_problem_of_the_copy_repaired_never
     path = Path(wk.registry.get_model("unreadable").local_paths[0].path)
     copy = shared_dir(wk, f"acme--unreadable-{sharing}", commit) if sharing else path
     wk.rewrite(hf_endpoint=hub.url, verify_interval_seconds=0)  # every pass hashes
-    _unreadable_to_the_service(monkeypatch, copy / SHARD)
-    assert reconcile()[str(copy)] == "repaired"
-    assert (copy / SHARD).read_bytes() == files[SHARD] and wk.registry.get_model("unreadable").phase == "Ready"
-    assert reconcile()[str(copy)] == "verified"
+    held = _unreadable_to_the_service(monkeypatch, copy / SHARD)
+    try:
+        assert reconcile()[str(copy)] == "repaired"
+        assert (copy / SHARD).read_bytes() == files[SHARD] and wk.registry.get_model("unreadable").phase == "Ready"
+        assert reconcile()[str(copy)] == "verified"
+    finally:
+        os.close(held)
 
 
 def test_a_repair_of_an_own_copy_the_volume_refuses_fails_the_path_never_the_task(wk, hub, monkeypatch):
