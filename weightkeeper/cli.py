@@ -9,7 +9,6 @@ import getpass
 import json
 import logging
 import os
-import re
 import select
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 from rich.table import Table
 from sqlalchemy.exc import DBAPIError
 
-from weightkeeper.config import MAX_SECONDS, Settings, load_settings
+from weightkeeper.config import MAX_SECONDS, Settings, http_url, load_settings
 from weightkeeper.context import use
 from weightkeeper.errors import (ConfigError, ConflictError, InvalidInputError, NotFoundError, WeightkeeperError,
                                  redact_urls)
@@ -333,7 +332,7 @@ def _port(value: str) -> int:
 def _api_url(value: str) -> str:
     """The Prefect API URL a worker in the cluster is given: http(s), a host, no credentials (those come from
     the auth secret), no query, no spaces."""
-    if not re.fullmatch(r"(?i:https?)://[^/?#\s@]+(/[^?#\s]*)?", value):
+    if not http_url(value):
         shown = f"{value!r} is" if "@" not in value else "a URL with a user or password in it is"
         raise argparse.ArgumentTypeError(f"{shown} not a Prefect API URL such as http://prefect.svc:4200/api "
                                          "(credentials go in the auth secret, not the URL)")

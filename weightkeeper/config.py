@@ -135,6 +135,18 @@ def _clean_path(value: str) -> bool:
     return value.startswith("/") and posixpath.normpath(value) == value and "\0" not in value
 
 
+def http_url(url: str) -> bool:
+    """An http(s) URL of a plain host (letters, digits, `.-_`, or a bracketed IPv6 address) and a port that is one,
+    with no user, query or fragment: read alike by `urlsplit` and by urllib3 (which sends it)."""
+    if not re.fullmatch(r"(?i:https?)://(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{0,5})?(/[^?#\s]*)?", url):
+        return False
+    try:
+        urlsplit(url).port  # raises for 99999, and for a bracketed IPv4 address
+    except ValueError:
+        return False
+    return True
+
+
 def _plain(segment: str) -> bool:
     return bool(SEGMENT.fullmatch(segment)) and segment not in (".", "..")
 
@@ -230,7 +242,7 @@ class S3Settings:
     prefix: Annotated[StrictStr, _checked(lambda v: all(_plain(p) for p in v.split("/")),
                                           "one or more plain segments like 'weightkeeper' or 'team/models' "
                                           "(no leading or trailing '/')")] = "weightkeeper"
-    endpoint_url: Annotated[Text, _checked(lambda v: re.fullmatch(r"(?i:https?)://[^/?#\s@]+(/[^?#\s]*)?", v),
+    endpoint_url: Annotated[Text, _checked(http_url,
                                            "an http:// or https:// URL such as http://minio:9000, without user "
                                            "or password")] | None = None
     region: Text | None = None
@@ -286,18 +298,6 @@ class _Environment(EnvSettingsSource):
             return TypeAdapter(field.annotation).validate_python(value)
         except ValidationError:
             return value  # refused with the setting's own message
-
-
-ENDPOINT = r"(?i:https?)://(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{0,5})?(/[^?#\s]*)?"  # hf_endpoint: plain host
-
-
-def _port_ok(url: str) -> bool:
-    """Its port, if any, is one (urlsplit raises for 99999, and for a bracketed IPv4 address)."""
-    try:
-        urlsplit(url).port
-    except ValueError:
-        return False
-    return True
 
 
 class Settings(BaseSettings):
@@ -385,7 +385,7 @@ class Settings(BaseSettings):
     @field_validator("hf_endpoint")
     @classmethod
     def _endpoint(cls, url: str | None) -> str | None:
-        if url is not None and not (re.fullmatch(ENDPOINT, url) and _port_ok(url)):
+        if url is not None and not http_url(url):
             shown = f", got {url!r}" if "@" not in url else " without user or token in it"
             raise ValueError(f"(here or in $HF_ENDPOINT) must be an http:// or https:// URL such as "
                              f"https://huggingface.co{shown}")
